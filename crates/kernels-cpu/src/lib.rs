@@ -1,0 +1,1 @@
+//! synaptix-kernels-cpu

