@@ -1,1 +1,8 @@
-//! synaptix-bundle
+//! synaptix-bundle: model file formats.
+//!
+//! - [`gguf`]: GGUF v2/v3 reader (memory-mapped, strictly validated, zero-copy tensors) and a
+//!   writer used by conversion tools and tests.
+
+pub mod gguf;
+
+pub use gguf::{GgufError, GgufFile, TensorInfo, Value, ValueType};

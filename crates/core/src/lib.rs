@@ -6,11 +6,13 @@
 //! - [`Device`]: where computation runs.
 //! - [`Error`]: the typed errors shared by kernels and layers.
 
+mod blob;
 mod device;
 mod dtype;
 mod error;
 mod shape;
 
+pub use blob::Blob;
 pub use device::Device;
 pub use dtype::DType;
 pub use error::{Error, Result};

@@ -1,0 +1,152 @@
+use std::io::{self, Write};
+
+use synaptix_core::DType;
+
+use super::reader::{DEFAULT_ALIGNMENT, GGUF_MAGIC};
+use super::value::Value;
+
+/// Builds a GGUF file in memory: metadata in insertion order, then tensors, each aligned.
+///
+/// Used by conversion tools and by tests that need small or deliberately broken files.
+pub struct GgufWriter {
+    pub version: u32,
+    pub alignment: u64,
+    metadata: Vec<(String, Value)>,
+    tensors: Vec<PendingTensor>,
+}
+
+struct PendingTensor {
+    name: String,
+    /// Outermost first, as everywhere in synaptix; written innermost first.
+    dims: Vec<u64>,
+    dtype: DType,
+    data: Vec<u8>,
+}
+
+impl Default for GgufWriter {
+    fn default() -> Self {
+        GgufWriter {
+            version: 3,
+            alignment: DEFAULT_ALIGNMENT,
+            metadata: Vec::new(),
+            tensors: Vec::new(),
+        }
+    }
+}
+
+impl GgufWriter {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn add_metadata(&mut self, key: impl Into<String>, value: Value) -> &mut Self {
+        let key = key.into();
+        if key == "general.alignment" {
+            if let Some(a) = value.as_u64() {
+                self.alignment = a.max(1);
+            }
+        }
+        self.metadata.push((key, value));
+        self
+    }
+
+    /// Adds a tensor; `dims` outermost first, `data` its raw bytes in `dtype`'s layout.
+    pub fn add_tensor(
+        &mut self,
+        name: impl Into<String>,
+        dims: &[u64],
+        dtype: DType,
+        data: Vec<u8>,
+    ) -> &mut Self {
+        self.tensors.push(PendingTensor {
+            name: name.into(),
+            dims: dims.to_vec(),
+            dtype,
+            data,
+        });
+        self
+    }
+
+    /// Convenience: an F32 tensor from values.
+    pub fn add_f32(&mut self, name: impl Into<String>, dims: &[u64], values: &[f32]) -> &mut Self {
+        let data = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.add_tensor(name, dims, DType::F32, data)
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        // Writing into a Vec cannot fail.
+        let _ = self.write_to(&mut out);
+        out
+    }
+
+    pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
+        let mut out = Vec::new();
+        out.extend_from_slice(GGUF_MAGIC);
+        out.extend_from_slice(&self.version.to_le_bytes());
+        out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(self.metadata.len() as u64).to_le_bytes());
+        for (key, value) in &self.metadata {
+            put_string(&mut out, key);
+            out.extend_from_slice(&(value.value_type() as u32).to_le_bytes());
+            put_value(&mut out, value);
+        }
+        let align = self.alignment.max(1);
+        let mut offset = 0u64;
+        let mut offsets = Vec::with_capacity(self.tensors.len());
+        for t in &self.tensors {
+            offsets.push(offset);
+            offset = (offset + t.data.len() as u64).div_ceil(align) * align;
+        }
+        for (t, off) in self.tensors.iter().zip(&offsets) {
+            put_string(&mut out, &t.name);
+            out.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+            for d in t.dims.iter().rev() {
+                out.extend_from_slice(&d.to_le_bytes());
+            }
+            out.extend_from_slice(&t.dtype.gguf_id().to_le_bytes());
+            out.extend_from_slice(&off.to_le_bytes());
+        }
+        pad_to(&mut out, align);
+        for t in &self.tensors {
+            out.extend_from_slice(&t.data);
+            pad_to(&mut out, align);
+        }
+        w.write_all(&out)
+    }
+}
+
+fn pad_to(out: &mut Vec<u8>, align: u64) {
+    let len = out.len() as u64;
+    let padded = len.div_ceil(align) * align;
+    out.resize(padded as usize, 0);
+}
+
+fn put_string(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn put_value(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::U8(x) => out.push(*x),
+        Value::I8(x) => out.push(*x as u8),
+        Value::U16(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I16(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::U32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::F32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::Bool(x) => out.push(*x as u8),
+        Value::String(s) => put_string(out, s),
+        Value::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::Array(ty, items) => {
+            out.extend_from_slice(&(*ty as u32).to_le_bytes());
+            out.extend_from_slice(&(items.len() as u64).to_le_bytes());
+            for item in items {
+                put_value(out, item);
+            }
+        }
+    }
+}
