@@ -1,1 +1,103 @@
-fn main() {}
+//! `synaptix`: run neural networks from one binary.
+
+mod bench;
+mod devices;
+mod dump;
+mod inspect;
+mod run;
+mod threads;
+mod tokenize;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "synaptix",
+    version,
+    about = "Run LLMs from GGUF files on the CPU, from one binary",
+    long_about = "synaptix loads GGUF model files as they are (memory-mapped, any ggml quantization \
+                  it supports) and runs them with its own kernels.\n\n\
+                  Quick start:\n  scripts/fetch-models.sh gemma3-270m\n  \
+                  synaptix run ~/.cache/synaptix/models/gemma-3-270m-q4_k_m.gguf \"The capital of France is\""
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text from a prompt, streaming it to stdout
+    Run(run::RunArgs),
+    /// Show a GGUF file's metadata and tensor table
+    Inspect(inspect::InspectArgs),
+    /// Show how a model's tokenizer splits a text
+    Tokenize(tokenize::TokenizeArgs),
+    /// Measure prompt processing and generation speed (llama-bench's table)
+    Bench(bench::BenchArgs),
+    /// List the compute devices and the kernel paths synaptix will use
+    Devices(devices::DevicesArgs),
+}
+
+fn main() -> ExitCode {
+    std::panic::set_hook(Box::new(|info| {
+        let msg = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("error: internal error{at}: {msg} (please report this)");
+    }));
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
+    let result = match cli.command {
+        Command::Run(a) => run::run(a),
+        Command::Inspect(a) => inspect::run(a),
+        Command::Tokenize(a) => tokenize::run(a),
+        Command::Bench(a) => bench::run(a),
+        Command::Devices(a) => devices::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {}", one_line(&format!("{e:#}")));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Help and version go to stdout as clap renders them; a usage mistake is one line on stderr.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            ExitCode::SUCCESS
+        }
+        _ => {
+            let rendered = e.render().to_string();
+            let first = rendered
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("invalid arguments")
+                .trim_start_matches("error: ");
+            eprintln!("error: {first} (try 'synaptix --help')");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}

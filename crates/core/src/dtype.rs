@@ -196,7 +196,10 @@ impl DType {
 
     /// Parses ggml's name, case-insensitively (`Q4_K`, `q4_k`, `f16`).
     pub fn from_name(name: &str) -> Option<DType> {
-        DType::ALL.iter().copied().find(|d| d.name().eq_ignore_ascii_case(name))
+        DType::ALL
+            .iter()
+            .copied()
+            .find(|d| d.name().eq_ignore_ascii_case(name))
     }
 }
 
@@ -216,7 +219,11 @@ mod tests {
             assert_eq!(DType::from_gguf_id(d.gguf_id()), Some(d));
             assert_eq!(DType::from_name(d.name()), Some(d));
         }
-        assert_eq!(DType::from_gguf_id(4), None, "id 4 (old Q4_2) was removed from ggml");
+        assert_eq!(
+            DType::from_gguf_id(4),
+            None,
+            "id 4 (old Q4_2) was removed from ggml"
+        );
         assert_eq!(DType::from_gguf_id(1000), None);
     }
 

@@ -1,1 +1,11 @@
-//! synaptix-infer
+//! synaptix-infer: from a model file to streamed text.
+//!
+//! [`Engine::load`] maps a GGUF file, builds its model and tokenizer; [`Engine::generate`]
+//! evaluates a prompt into a KV cache and samples tokens one at a time, handing each decoded
+//! piece to a callback as soon as it forms valid UTF-8, and reports timings.
+
+mod chat;
+mod engine;
+
+pub use chat::{render_chat, ChatMessage};
+pub use engine::{Engine, GenerateOptions, Generation, InferError, StopReason, Timings};

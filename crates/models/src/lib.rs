@@ -1,1 +1,121 @@
-//! synaptix-models
+//! synaptix-models: one file per architecture, each built only from `synaptix-nn` layers and
+//! registered in [`load`]. A model file serves every weight format.
+//!
+//! | architecture | file | families |
+//! |---|---|---|
+//! | `llama` | [`llama`] | Llama 2/3, Mistral, TinyLlama |
+//! | `qwen2` | [`qwen2`] | Qwen2, Qwen2.5 (QKV bias) |
+//! | `qwen3` | [`qwen3`] | Qwen3 dense (QK-norm) |
+//! | `gemma3` | [`gemma3`] | Gemma 3 text (sliding-window and global layers) |
+
+mod decoder;
+pub mod gemma3;
+mod hparams;
+pub mod llama;
+pub mod qwen2;
+pub mod qwen3;
+
+use std::sync::Arc;
+
+pub use hparams::HParams;
+use synaptix_bundle::{GgufError, GgufFile};
+pub use synaptix_nn::{KvCache, NoTap, Tap};
+use synaptix_nn::{NnError, TensorSource, VarBuilder};
+
+/// Architectures [`load`] knows, as GGUF's `general.architecture` names them.
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error(transparent)]
+    Nn(#[from] NnError),
+    #[error("{path}: unsupported architecture '{arch}' (supported: {})", SUPPORTED_ARCHITECTURES.join(", "))]
+    UnsupportedArchitecture { path: String, arch: String },
+    #[error("{path}: {problem}")]
+    BadHyperParameters { path: String, problem: String },
+    #[error("nothing to evaluate: no input tokens")]
+    EmptyInput,
+    #[error("{0} token(s) do not fit: the context holds {1} and {2} are used")]
+    ContextOverflow(usize, usize, usize),
+}
+
+pub type Result<T, E = ModelError> = std::result::Result<T, E>;
+
+/// Which positions produce logits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logits {
+    /// Only the last position: `[n_vocab]` (generation).
+    Last,
+    /// Every position: `[tokens, n_vocab]` (perplexity, scoring).
+    All,
+}
+
+/// What every loaded model reports about itself.
+#[derive(Debug, Clone)]
+pub struct ModelInfo {
+    pub architecture: String,
+    pub name: String,
+    pub hparams: HParams,
+    /// Total parameters in the file's tensors.
+    pub n_params: u64,
+    /// Bytes of tensor data.
+    pub weight_bytes: u64,
+}
+
+/// A decoder-only language model.
+pub trait CausalLm: Send + Sync {
+    fn info(&self) -> &ModelInfo;
+
+    /// An empty KV cache for `n_ctx` positions.
+    fn new_cache(&self, n_ctx: usize) -> KvCache;
+
+    /// Runs `tokens` at positions `cache.len..`, appends them to the cache and returns logits.
+    /// `tap` receives named intermediates (`blk.0.attn_norm`, ..., `result_output`).
+    fn forward(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        logits: Logits,
+        tap: &mut dyn Tap,
+    ) -> Result<Vec<f32>>;
+}
+
+/// Loads the model a GGUF file describes.
+pub fn load(file: Arc<GgufFile>) -> Result<Box<dyn CausalLm>> {
+    let path = file.path().display().to_string();
+    let arch = file
+        .get_str("general.architecture")?
+        .ok_or_else(|| ModelError::BadHyperParameters {
+            path: path.clone(),
+            problem: "missing general.architecture".into(),
+        })?
+        .to_string();
+    let info = ModelInfo {
+        name: file.get_str("general.name")?.unwrap_or(&arch).to_string(),
+        hparams: HParams::from_gguf(&file, &arch)?,
+        n_params: file.tensors().iter().map(|t| t.elements()).sum(),
+        weight_bytes: file.tensors().iter().map(|t| t.n_bytes).sum(),
+        architecture: arch.clone(),
+    };
+    let vb = VarBuilder::new(file.clone() as Arc<dyn TensorSource>);
+    Ok(match arch.as_str() {
+        "llama" => Box::new(llama::load(&vb, info)?),
+        "qwen2" => Box::new(qwen2::load(&vb, info)?),
+        "qwen3" => Box::new(qwen3::load(&vb, info)?),
+        "gemma3" => Box::new(gemma3::Gemma3::load(&vb, &file, info)?),
+        _ => return Err(ModelError::UnsupportedArchitecture { path, arch }),
+    })
+}
+
+/// Checks that `n` more tokens fit in `cache` and returns their positions.
+pub(crate) fn next_positions(cache: &KvCache, n: usize) -> Result<Vec<usize>> {
+    if n == 0 {
+        return Err(ModelError::EmptyInput);
+    }
+    if cache.len + n > cache.capacity {
+        return Err(ModelError::ContextOverflow(n, cache.capacity, cache.len));
+    }
+    Ok((cache.len..cache.len + n).collect())
+}

@@ -1,1 +1,394 @@
-//! synaptix-sample
+//! synaptix-sample: choosing the next token from logits.
+//!
+//! The chain follows llama.cpp's default order: repetition penalties over the last
+//! `penalty_last_n` tokens, top-k, top-p, min-p, temperature, then a seeded draw. A temperature
+//! of 0 (or below) is greedy: the arg-max after penalties, ties to the lowest id.
+
+mod rng;
+
+pub use rng::SplitMix64;
+
+use std::collections::{HashMap, VecDeque};
+
+/// Sampling settings. `Default` is greedy with no penalties.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplerConfig {
+    /// 0 or below: greedy.
+    pub temperature: f32,
+    /// 0: disabled.
+    pub top_k: usize,
+    /// 1.0: disabled.
+    pub top_p: f32,
+    /// 0.0: disabled.
+    pub min_p: f32,
+    /// 1.0: disabled. Positive logits are divided by it, negative ones multiplied.
+    pub repeat_penalty: f32,
+    /// Subtracted once from the logit of every token seen in the window.
+    pub presence_penalty: f32,
+    /// Subtracted per occurrence in the window.
+    pub frequency_penalty: f32,
+    /// Window of recent tokens the penalties look at (0: none).
+    pub penalty_last_n: usize,
+    pub seed: u64,
+}
+
+impl Default for SamplerConfig {
+    fn default() -> Self {
+        SamplerConfig {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repeat_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            penalty_last_n: 64,
+            seed: 0,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SampleError {
+    #[error("invalid sampler setting: {0}")]
+    InvalidConfig(String),
+    #[error("cannot sample from empty logits")]
+    EmptyLogits,
+}
+
+impl SamplerConfig {
+    pub fn validate(&self) -> Result<(), SampleError> {
+        let bad = |m: &str| Err(SampleError::InvalidConfig(m.to_string()));
+        if !self.temperature.is_finite() {
+            return bad("temperature must be a finite number");
+        }
+        if !(0.0..=1.0).contains(&self.top_p) || self.top_p.is_nan() {
+            return bad("top-p must be in [0, 1]");
+        }
+        if !(0.0..=1.0).contains(&self.min_p) || self.min_p.is_nan() {
+            return bad("min-p must be in [0, 1]");
+        }
+        if !(self.repeat_penalty > 0.0 && self.repeat_penalty.is_finite()) {
+            return bad("repeat penalty must be a positive number");
+        }
+        if !self.presence_penalty.is_finite() || !self.frequency_penalty.is_finite() {
+            return bad("presence and frequency penalties must be finite");
+        }
+        Ok(())
+    }
+
+    pub fn is_greedy(&self) -> bool {
+        self.temperature <= 0.0
+    }
+}
+
+/// A stateful sampler: remembers recent tokens for penalties and owns its random stream.
+#[derive(Debug, Clone)]
+pub struct Sampler {
+    config: SamplerConfig,
+    rng: SplitMix64,
+    recent: VecDeque<u32>,
+}
+
+impl Sampler {
+    pub fn new(config: SamplerConfig) -> Result<Sampler, SampleError> {
+        config.validate()?;
+        Ok(Sampler {
+            rng: SplitMix64::new(config.seed),
+            config,
+            recent: VecDeque::new(),
+        })
+    }
+
+    pub fn config(&self) -> &SamplerConfig {
+        &self.config
+    }
+
+    /// Records a token (prompt or generated) for the penalty window.
+    pub fn accept(&mut self, token: u32) {
+        if self.config.penalty_last_n == 0 {
+            return;
+        }
+        if self.recent.len() == self.config.penalty_last_n {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(token);
+    }
+
+    pub fn reset(&mut self) {
+        self.recent.clear();
+        self.rng = SplitMix64::new(self.config.seed);
+    }
+
+    /// Picks the next token. `logits` is modified (penalties applied).
+    pub fn sample(&mut self, logits: &mut [f32]) -> Result<u32, SampleError> {
+        if logits.is_empty() {
+            return Err(SampleError::EmptyLogits);
+        }
+        self.apply_penalties(logits);
+        if self.config.is_greedy() {
+            return Ok(argmax(logits));
+        }
+        let mut cands: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| !l.is_nan())
+            .map(|(i, &l)| (i as u32, l))
+            .collect();
+        if cands.is_empty() {
+            return Err(SampleError::EmptyLogits);
+        }
+        // Highest logit first, ties to the lowest id, so every filter below is deterministic.
+        cands.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        if self.config.top_k > 0 {
+            cands.truncate(self.config.top_k);
+        }
+        if self.config.top_p < 1.0 {
+            let probs = softmax(&cands, 1.0);
+            let mut cum = 0.0;
+            let mut keep = cands.len();
+            for (i, p) in probs.iter().enumerate() {
+                cum += p;
+                if cum >= self.config.top_p as f64 {
+                    keep = i + 1;
+                    break;
+                }
+            }
+            cands.truncate(keep.max(1));
+        }
+        if self.config.min_p > 0.0 {
+            // p_i >= min_p * p_max  <=>  l_i >= l_max + ln(min_p)
+            let threshold = cands[0].1 + self.config.min_p.ln();
+            let keep = cands.iter().take_while(|c| c.1 >= threshold).count();
+            cands.truncate(keep.max(1));
+        }
+        let probs = softmax(&cands, self.config.temperature);
+        let r = self.rng.next_f64();
+        let mut cum = 0.0;
+        for (c, p) in cands.iter().zip(&probs) {
+            cum += p;
+            if r < cum {
+                return Ok(c.0);
+            }
+        }
+        Ok(cands[cands.len() - 1].0)
+    }
+
+    fn apply_penalties(&self, logits: &mut [f32]) {
+        let c = &self.config;
+        if self.recent.is_empty()
+            || (c.repeat_penalty == 1.0 && c.presence_penalty == 0.0 && c.frequency_penalty == 0.0)
+        {
+            return;
+        }
+        let mut counts: HashMap<u32, u32> = HashMap::new();
+        for &t in &self.recent {
+            *counts.entry(t).or_default() += 1;
+        }
+        for (&t, &n) in &counts {
+            let Some(l) = logits.get_mut(t as usize) else {
+                continue;
+            };
+            if *l <= 0.0 {
+                *l *= c.repeat_penalty;
+            } else {
+                *l /= c.repeat_penalty;
+            }
+            *l -= n as f32 * c.frequency_penalty + c.presence_penalty;
+        }
+    }
+}
+
+/// Index of the largest logit; the lowest index wins ties; NaNs are never chosen unless all are.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0usize;
+    let mut best_v = f32::NEG_INFINITY;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > best_v {
+            best = i;
+            best_v = v;
+        }
+    }
+    best as u32
+}
+
+fn softmax(cands: &[(u32, f32)], temperature: f32) -> Vec<f64> {
+    let max = cands[0].1 as f64;
+    let t = temperature as f64;
+    let e: Vec<f64> = cands
+        .iter()
+        .map(|c| ((c.1 as f64 - max) / t).exp())
+        .collect();
+    let z: f64 = e.iter().sum();
+    e.into_iter().map(|v| v / z).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logits() -> Vec<f32> {
+        vec![1.0, 3.0, 2.5, -1.0, 3.0, 0.0]
+    }
+
+    #[test]
+    fn greedy_is_argmax_with_lowest_id_on_ties() {
+        let mut s = Sampler::new(SamplerConfig::default()).unwrap();
+        assert_eq!(s.sample(&mut logits()).unwrap(), 1);
+    }
+
+    #[test]
+    fn repeat_penalty_moves_greedy_choice() {
+        let mut s = Sampler::new(SamplerConfig {
+            repeat_penalty: 2.0,
+            ..Default::default()
+        })
+        .unwrap();
+        s.accept(1);
+        s.accept(4);
+        // 3.0 / 2 = 1.5 for ids 1 and 4: id 2 (2.5) wins.
+        assert_eq!(s.sample(&mut logits()).unwrap(), 2);
+        // A negative logit is multiplied, pushing it further down.
+        let mut l = vec![-1.0, -2.0];
+        let mut s = Sampler::new(SamplerConfig {
+            repeat_penalty: 3.0,
+            ..Default::default()
+        })
+        .unwrap();
+        s.accept(0);
+        assert_eq!(s.sample(&mut l).unwrap(), 1);
+        assert_eq!(l[0], -3.0);
+    }
+
+    #[test]
+    fn frequency_and_presence_penalties() {
+        let cfg = SamplerConfig {
+            presence_penalty: 0.5,
+            frequency_penalty: 0.25,
+            ..Default::default()
+        };
+        let mut s = Sampler::new(cfg).unwrap();
+        for t in [1, 1, 2] {
+            s.accept(t);
+        }
+        let mut l = logits();
+        s.sample(&mut l).unwrap();
+        assert_eq!(l[1], 3.0 - 0.5 - 0.5);
+        assert_eq!(l[2], 2.5 - 0.25 - 0.5);
+        assert_eq!(l[4], 3.0);
+    }
+
+    #[test]
+    fn penalty_window_forgets_old_tokens() {
+        let cfg = SamplerConfig {
+            repeat_penalty: 10.0,
+            penalty_last_n: 2,
+            ..Default::default()
+        };
+        let mut s = Sampler::new(cfg).unwrap();
+        for t in [1, 5, 5] {
+            s.accept(t);
+        }
+        let mut l = logits();
+        s.sample(&mut l).unwrap();
+        assert_eq!(l[1], 3.0, "token 1 left the window");
+        assert_eq!(l[5], 0.0);
+    }
+
+    #[test]
+    fn top_k_one_is_greedy_and_seeds_reproduce() {
+        let cfg = SamplerConfig {
+            temperature: 1.0,
+            top_k: 1,
+            seed: 9,
+            ..Default::default()
+        };
+        let mut s = Sampler::new(cfg).unwrap();
+        for _ in 0..20 {
+            assert_eq!(s.sample(&mut logits()).unwrap(), 1);
+        }
+        let cfg = SamplerConfig {
+            temperature: 1.5,
+            seed: 42,
+            ..Default::default()
+        };
+        let draw = |cfg: &SamplerConfig| {
+            let mut s = Sampler::new(cfg.clone()).unwrap();
+            (0..50)
+                .map(|_| s.sample(&mut logits()).unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(draw(&cfg), draw(&cfg));
+        let other = draw(&SamplerConfig {
+            seed: 43,
+            ..cfg.clone()
+        });
+        assert_ne!(draw(&cfg), other);
+    }
+
+    #[test]
+    fn top_p_and_min_p_restrict_support() {
+        // Probabilities at T=1: ids 1 and 4 dominate; top-p 0.5 keeps only id 1 (ties to lowest).
+        let cfg = SamplerConfig {
+            temperature: 1.0,
+            top_p: 0.3,
+            seed: 1,
+            ..Default::default()
+        };
+        let mut s = Sampler::new(cfg).unwrap();
+        for _ in 0..50 {
+            assert_eq!(s.sample(&mut logits()).unwrap(), 1);
+        }
+        // min-p 0.5: keeps logits >= 3 + ln 0.5 = 2.31: ids 1, 4, 2.
+        let cfg = SamplerConfig {
+            temperature: 1.0,
+            min_p: 0.5,
+            seed: 3,
+            ..Default::default()
+        };
+        let mut s = Sampler::new(cfg).unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..300 {
+            seen.insert(s.sample(&mut logits()).unwrap());
+        }
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), vec![1, 2, 4]);
+    }
+
+    #[test]
+    fn sampling_follows_the_distribution() {
+        let cfg = SamplerConfig {
+            temperature: 1.0,
+            seed: 7,
+            ..Default::default()
+        };
+        let mut s = Sampler::new(cfg).unwrap();
+        let base = [0.0f32, (3.0f32).ln()]; // p = 0.25, 0.75
+        let n = 20000;
+        let ones = (0..n)
+            .filter(|_| s.sample(&mut base.to_vec()).unwrap() == 1)
+            .count();
+        let frac = ones as f64 / n as f64;
+        assert!((frac - 0.75).abs() < 0.02, "{frac}");
+    }
+
+    #[test]
+    fn invalid_settings_are_rejected() {
+        assert!(Sampler::new(SamplerConfig {
+            top_p: 1.5,
+            ..Default::default()
+        })
+        .is_err());
+        assert!(Sampler::new(SamplerConfig {
+            repeat_penalty: 0.0,
+            ..Default::default()
+        })
+        .is_err());
+        assert!(Sampler::new(SamplerConfig {
+            temperature: f32::NAN,
+            ..Default::default()
+        })
+        .is_err());
+        let mut s = Sampler::new(SamplerConfig::default()).unwrap();
+        assert_eq!(s.sample(&mut []), Err(SampleError::EmptyLogits));
+    }
+}

@@ -21,7 +21,9 @@ pub enum GgufErrorKind {
     BadMagic { found: Vec<u8> },
     #[error("unsupported GGUF version {0} (supported: 2, 3)")]
     UnsupportedVersion(u32),
-    #[error("truncated at offset {offset}: {what} needs {needed} bytes, file has {available} left")]
+    #[error(
+        "truncated at offset {offset}: {what} needs {needed} bytes, file has {available} left"
+    )]
     Truncated {
         offset: u64,
         what: String,
@@ -29,11 +31,23 @@ pub enum GgufErrorKind {
         available: u64,
     },
     #[error("implausible {what} {count} at offset {offset} (the file cannot hold that many)")]
-    ImplausibleCount { what: String, count: u64, offset: u64 },
+    ImplausibleCount {
+        what: String,
+        count: u64,
+        offset: u64,
+    },
     #[error("metadata key '{key}' at offset {offset}: unknown value type {type_id}")]
-    UnknownValueType { key: String, type_id: u32, offset: u64 },
+    UnknownValueType {
+        key: String,
+        type_id: u32,
+        offset: u64,
+    },
     #[error("metadata key '{key}' at offset {offset}: arrays nested deeper than {max_depth}")]
-    NestingTooDeep { key: String, offset: u64, max_depth: usize },
+    NestingTooDeep {
+        key: String,
+        offset: u64,
+        max_depth: usize,
+    },
     #[error("string at offset {offset} is not valid UTF-8 ({what})")]
     BadUtf8 { offset: u64, what: String },
     #[error("duplicate metadata key '{key}' at offset {offset}")]
@@ -43,9 +57,17 @@ pub enum GgufErrorKind {
     #[error("general.alignment = {0} is not a power of two between 1 and 65536")]
     BadAlignment(u64),
     #[error("tensor '{name}' at offset {offset}: rank {rank} exceeds the maximum of 4")]
-    BadRank { name: String, rank: u32, offset: u64 },
+    BadRank {
+        name: String,
+        rank: u32,
+        offset: u64,
+    },
     #[error("tensor '{name}' at offset {offset}: unknown tensor type id {type_id}")]
-    UnknownTensorType { name: String, type_id: u32, offset: u64 },
+    UnknownTensorType {
+        name: String,
+        type_id: u32,
+        offset: u64,
+    },
     #[error("tensor '{name}' at offset {offset}: dimensions {dims:?} {problem}")]
     BadDims {
         name: String,
@@ -53,7 +75,9 @@ pub enum GgufErrorKind {
         offset: u64,
         problem: String,
     },
-    #[error("tensor '{name}': data offset {data_offset} is not a multiple of the alignment {alignment}")]
+    #[error(
+        "tensor '{name}': data offset {data_offset} is not a multiple of the alignment {alignment}"
+    )]
     Misaligned {
         name: String,
         data_offset: u64,

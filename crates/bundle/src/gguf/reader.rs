@@ -195,7 +195,10 @@ impl GgufFile {
         };
         items
             .iter()
-            .map(|v| v.as_str().ok_or_else(|| self.bad_meta(key, "expected an array of strings")))
+            .map(|v| {
+                v.as_str()
+                    .ok_or_else(|| self.bad_meta(key, "expected an array of strings"))
+            })
             .collect::<Result<Vec<_>, _>>()
             .map(Some)
     }
@@ -207,7 +210,10 @@ impl GgufFile {
         };
         items
             .iter()
-            .map(|v| v.as_f64().ok_or_else(|| self.bad_meta(key, "expected an array of numbers")))
+            .map(|v| {
+                v.as_f64()
+                    .ok_or_else(|| self.bad_meta(key, "expected an array of numbers"))
+            })
             .collect::<Result<Vec<_>, _>>()
             .map(Some)
     }

@@ -107,10 +107,15 @@ impl GgufWriter {
             out.extend_from_slice(&t.dtype.gguf_id().to_le_bytes());
             out.extend_from_slice(&off.to_le_bytes());
         }
-        pad_to(&mut out, align);
-        for t in &self.tensors {
-            out.extend_from_slice(&t.data);
+        // Data starts aligned; each tensor but the last is padded so the next starts aligned.
+        if !self.tensors.is_empty() {
             pad_to(&mut out, align);
+        }
+        for (i, t) in self.tensors.iter().enumerate() {
+            out.extend_from_slice(&t.data);
+            if i + 1 < self.tensors.len() {
+                pad_to(&mut out, align);
+            }
         }
         w.write_all(&out)
     }

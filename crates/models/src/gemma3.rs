@@ -1,0 +1,211 @@
+//! Gemma 3 (text): sandwich-normed blocks (RMSNorm before and after both attention and MLP),
+//! per-head QK-norm, GeGLU (tanh GELU), embeddings scaled by `sqrt(n_embd)`, and interleaved
+//! sliding-window layers with their own RoPE base (10 000 unless the file says otherwise) and
+//! global layers (every sixth by default). Mirrors llama.cpp's `gemma3` graph
+//! (src/models/gemma3.cpp) and HF transformers' `Gemma3ForCausalLM`.
+//!
+//! GGUF stores Gemma's norm weights with the `+1` already added, so plain RMSNorm applies.
+
+use synaptix_bundle::Value;
+use synaptix_nn::{
+    add_inplace, record, Activation, AttentionSpec, GatedMlp, KvCache, LayerKv, RmsNorm, Rope,
+    RopeStyle, SelfAttention, SelfAttentionConfig, Tap, VarBuilder,
+};
+
+use crate::decoder::Trunk;
+use crate::{CausalLm, Logits, ModelError, ModelInfo, Result};
+
+/// Layers per repeat of the window pattern: five windowed layers, then one global.
+const DEFAULT_SWA_PATTERN: usize = 6;
+const DEFAULT_SWA_ROPE_BASE: f32 = 10_000.0;
+
+struct Block {
+    attn_norm: RmsNorm,
+    attn: SelfAttention,
+    post_attention_norm: RmsNorm,
+    ffn_norm: RmsNorm,
+    mlp: GatedMlp,
+    post_ffw_norm: RmsNorm,
+}
+
+pub struct Gemma3 {
+    info: ModelInfo,
+    trunk: Trunk,
+    blocks: Vec<Block>,
+    final_softcap: Option<f32>,
+}
+
+/// Reads which layers use the sliding window: an explicit per-layer bool array, or a period.
+fn sliding_layers(vb_meta: &MetaView, n_layer: usize) -> Result<Vec<bool>> {
+    match vb_meta.get("gemma3.attention.sliding_window_pattern") {
+        Some(Value::Array(_, items)) => {
+            if items.len() != n_layer {
+                return Err(vb_meta.bad(format!(
+                    "sliding_window_pattern has {} entries for {n_layer} layers",
+                    items.len()
+                )));
+            }
+            items
+                .iter()
+                .map(|v| {
+                    v.as_bool()
+                        .or_else(|| v.as_u64().map(|n| n != 0))
+                        .ok_or_else(|| vb_meta.bad("sliding_window_pattern: expected bools".into()))
+                })
+                .collect()
+        }
+        Some(v) => {
+            let period =
+                v.as_u64().filter(|&p| p > 0).ok_or_else(|| {
+                    vb_meta.bad("sliding_window_pattern: expected a period".into())
+                })? as usize;
+            Ok((0..n_layer).map(|il| il % period < period - 1).collect())
+        }
+        None => Ok((0..n_layer)
+            .map(|il| il % DEFAULT_SWA_PATTERN < DEFAULT_SWA_PATTERN - 1)
+            .collect()),
+    }
+}
+
+/// Metadata access for the few Gemma-specific keys.
+struct MetaView<'a> {
+    file: &'a synaptix_bundle::GgufFile,
+}
+
+impl MetaView<'_> {
+    fn get(&self, key: &str) -> Option<&Value> {
+        self.file.get(key)
+    }
+    fn bad(&self, problem: String) -> ModelError {
+        ModelError::BadHyperParameters {
+            path: self.file.path().display().to_string(),
+            problem,
+        }
+    }
+}
+
+impl Gemma3 {
+    pub fn load(
+        vb: &VarBuilder,
+        file: &synaptix_bundle::GgufFile,
+        info: ModelInfo,
+    ) -> Result<Gemma3> {
+        let hp = &info.hparams;
+        let meta = MetaView { file };
+        let swa = sliding_layers(&meta, hp.n_layer)?;
+        let swa_base = file
+            .get_f64("gemma3.rope.freq_base_swa")?
+            .map_or(DEFAULT_SWA_ROPE_BASE, |v| v as f32);
+        let final_softcap = file
+            .get_f64("gemma3.final_logit_softcapping")?
+            .filter(|&c| c > 0.0)
+            .map(|c| c as f32);
+        let blocks = (0..hp.n_layer)
+            .map(|il| {
+                let vb = vb.pp("blk").pp(il);
+                let windowed = swa[il] && hp.sliding_window.is_some();
+                let cfg = SelfAttentionConfig {
+                    dim: hp.n_embd,
+                    spec: AttentionSpec {
+                        n_heads: hp.n_head,
+                        n_kv_heads: hp.n_head_kv,
+                        head_dim: hp.head_dim,
+                        // q is pre-scaled instead (below), as the reference does.
+                        scale: 1.0,
+                        window: if windowed { hp.sliding_window } else { None },
+                    },
+                    rope: Rope {
+                        n_rot: hp.n_rot,
+                        base: if windowed {
+                            swa_base
+                        } else {
+                            hp.rope_freq_base
+                        },
+                        freq_scale: if windowed { 1.0 } else { hp.rope_freq_scale },
+                        style: RopeStyle::Neox,
+                        freq_factors: None,
+                    },
+                    qk_norm_eps: Some(hp.rms_eps),
+                    q_scale: Some(1.0 / (hp.head_dim as f32).sqrt()),
+                };
+                Ok(Block {
+                    attn_norm: RmsNorm::load(&vb, "attn_norm", hp.n_embd, hp.rms_eps)?,
+                    attn: SelfAttention::load(&vb, &cfg)?,
+                    post_attention_norm: RmsNorm::load(
+                        &vb,
+                        "post_attention_norm",
+                        hp.n_embd,
+                        hp.rms_eps,
+                    )?,
+                    ffn_norm: RmsNorm::load(&vb, "ffn_norm", hp.n_embd, hp.rms_eps)?,
+                    mlp: GatedMlp::load(&vb, hp.n_embd, hp.n_ff, Activation::GeluTanh)?,
+                    post_ffw_norm: RmsNorm::load(&vb, "post_ffw_norm", hp.n_embd, hp.rms_eps)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Gemma3 {
+            trunk: Trunk::load(vb, hp, Some((hp.n_embd as f32).sqrt()))?,
+            blocks,
+            final_softcap,
+            info,
+        })
+    }
+}
+
+impl Block {
+    fn forward(
+        &self,
+        x: &mut [f32],
+        positions: &[usize],
+        kv: &mut LayerKv,
+        name: &str,
+        tap: &mut dyn Tap,
+    ) -> Result<()> {
+        let rows = positions.len();
+        let h = self.attn_norm.forward(x);
+        record(tap, name, "attn_norm", rows, &h);
+        let mut attn = self.attn.forward(&h, positions, kv, name, tap)?;
+        self.post_attention_norm.forward_inplace(&mut attn);
+        record(tap, name, "attn_post_norm", rows, &attn);
+        add_inplace(x, &attn);
+        record(tap, name, "sa_out", rows, x);
+        let h = self.ffn_norm.forward(x);
+        record(tap, name, "ffn_norm", rows, &h);
+        let mut ffn = self.mlp.forward(&h, rows, name, tap)?;
+        record(tap, name, "ffn_out", rows, &ffn);
+        self.post_ffw_norm.forward_inplace(&mut ffn);
+        record(tap, name, "ffn_post_norm", rows, &ffn);
+        add_inplace(x, &ffn);
+        record(tap, name, "l_out", rows, x);
+        Ok(())
+    }
+}
+
+impl CausalLm for Gemma3 {
+    fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    fn new_cache(&self, n_ctx: usize) -> KvCache {
+        KvCache::new(&self.info.hparams.kv_layout(), n_ctx)
+    }
+
+    fn forward(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        logits: Logits,
+        tap: &mut dyn Tap,
+    ) -> Result<Vec<f32>> {
+        let blocks = &self.blocks;
+        let mut out = self
+            .trunk
+            .run(tokens, cache, logits, tap, |il, x, pos, kv, tap| {
+                blocks[il].forward(x, pos, kv, &format!("blk.{il}"), tap)
+            })?;
+        if let Some(cap) = self.final_softcap {
+            out.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
+        }
+        Ok(out)
+    }
+}

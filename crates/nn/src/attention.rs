@@ -1,0 +1,267 @@
+use half::f16;
+use rayon::prelude::*;
+
+use crate::{NnError, Result};
+
+/// The shape of one attention layer.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionSpec {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    /// Multiplies `q·k` before the softmax (models that pre-scale `q` pass 1).
+    pub scale: f32,
+    /// Sliding window: a query at `p` sees keys at `p - window < k <= p`. `None`: all of `0..=p`.
+    pub window: Option<usize>,
+}
+
+/// One layer's keys and values in f16 (llama.cpp's default cache type), laid out
+/// `[n_kv_heads, capacity, head_dim]` so each head's history is contiguous.
+#[derive(Debug, Clone)]
+pub struct LayerKv {
+    k: Vec<f16>,
+    v: Vec<f16>,
+    n_kv_heads: usize,
+    head_dim: usize,
+    capacity: usize,
+}
+
+impl LayerKv {
+    pub fn new(n_kv_heads: usize, head_dim: usize, capacity: usize) -> LayerKv {
+        let n = n_kv_heads * capacity * head_dim;
+        LayerKv {
+            k: vec![f16::ZERO; n],
+            v: vec![f16::ZERO; n],
+            n_kv_heads,
+            head_dim,
+            capacity,
+        }
+    }
+
+    /// Stores `k, v: [rows, n_kv_heads * head_dim]` at `positions`.
+    pub fn write(&mut self, k: &[f32], v: &[f32], positions: &[usize]) -> Result<()> {
+        let width = self.n_kv_heads * self.head_dim;
+        for ((krow, vrow), &pos) in k
+            .chunks_exact(width)
+            .zip(v.chunks_exact(width))
+            .zip(positions)
+        {
+            if pos >= self.capacity {
+                return Err(NnError::ContextFull {
+                    pos,
+                    capacity: self.capacity,
+                });
+            }
+            for h in 0..self.n_kv_heads {
+                let dst = (h * self.capacity + pos) * self.head_dim;
+                let src = h * self.head_dim;
+                for d in 0..self.head_dim {
+                    self.k[dst + d] = f16::from_f32(krow[src + d]);
+                    self.v[dst + d] = f16::from_f32(vrow[src + d]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn head_keys(&self, h: usize) -> &[f16] {
+        let len = self.capacity * self.head_dim;
+        &self.k[h * len..(h + 1) * len]
+    }
+
+    fn head_values(&self, h: usize) -> &[f16] {
+        let len = self.capacity * self.head_dim;
+        &self.v[h * len..(h + 1) * len]
+    }
+
+    pub fn bytes(&self) -> usize {
+        (self.k.len() + self.v.len()) * 2
+    }
+}
+
+/// The KV caches of all layers plus how many positions are filled.
+#[derive(Debug, Clone)]
+pub struct KvCache {
+    pub layers: Vec<LayerKv>,
+    pub capacity: usize,
+    /// Positions `0..len` hold valid keys and values.
+    pub len: usize,
+}
+
+impl KvCache {
+    /// `per_layer[i] = (n_kv_heads, head_dim)` of layer `i`.
+    pub fn new(per_layer: &[(usize, usize)], capacity: usize) -> KvCache {
+        KvCache {
+            layers: per_layer
+                .iter()
+                .map(|&(h, d)| LayerKv::new(h, d, capacity))
+                .collect(),
+            capacity,
+            len: 0,
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.layers.iter().map(LayerKv::bytes).sum()
+    }
+
+    /// Forgets positions `n..` (the next forward writes from `n`).
+    pub fn truncate(&mut self, n: usize) {
+        self.len = self.len.min(n);
+    }
+}
+
+/// Causal attention of `q: [rows, n_heads * head_dim]` (row `r` at `positions[r]`) over the
+/// cache. Returns `[rows, n_heads * head_dim]`.
+///
+/// Numerics follow llama.cpp's CPU path: `q` rounded to f16 against f16 keys with f32
+/// accumulation, softmax in f32 with an f64 sum, probabilities rounded to f16 against f16 values.
+pub fn attend(spec: &AttentionSpec, q: &[f32], kv: &LayerKv, positions: &[usize]) -> Vec<f32> {
+    let hd = spec.head_dim;
+    let width = spec.n_heads * hd;
+    let group = spec.n_heads / spec.n_kv_heads;
+    let mut out = vec![0f32; positions.len() * width];
+    out.par_chunks_mut(hd)
+        .enumerate()
+        .for_each(|(task, out_head)| {
+            let (row, h) = (task / spec.n_heads, task % spec.n_heads);
+            let pos = positions[row];
+            let first = match spec.window {
+                Some(w) => (pos + 1).saturating_sub(w),
+                None => 0,
+            };
+            let kvh = h / group;
+            let keys = kv.head_keys(kvh);
+            let values = kv.head_values(kvh);
+            let qh: Vec<f32> = q[row * width + h * hd..row * width + (h + 1) * hd]
+                .iter()
+                .map(|&v| f16::from_f32(v).to_f32())
+                .collect();
+            let mut scores: Vec<f32> = (first..=pos)
+                .map(|p| {
+                    let k = &keys[p * hd..(p + 1) * hd];
+                    let dot: f32 = qh.iter().zip(k).map(|(a, b)| a * b.to_f32()).sum();
+                    dot * spec.scale
+                })
+                .collect();
+            softmax_inplace(&mut scores);
+            out_head.fill(0.0);
+            for (i, p) in (first..=pos).enumerate() {
+                let w = f16::from_f32(scores[i]).to_f32();
+                let v = &values[p * hd..(p + 1) * hd];
+                for (o, vv) in out_head.iter_mut().zip(v) {
+                    *o += w * vv.to_f32();
+                }
+            }
+        });
+    out
+}
+
+/// Numerically stable softmax with the normalizer summed in f64.
+pub fn softmax_inplace(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0f64;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reference attention in f64 without any f16 rounding.
+    fn naive(
+        spec: &AttentionSpec,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        positions: &[usize],
+    ) -> Vec<f32> {
+        let hd = spec.head_dim;
+        let kvw = spec.n_kv_heads * hd;
+        let mut out = vec![0f32; positions.len() * spec.n_heads * hd];
+        for (r, &pos) in positions.iter().enumerate() {
+            for h in 0..spec.n_heads {
+                let kvh = h / (spec.n_heads / spec.n_kv_heads);
+                let first = spec.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+                let qh = &q[(r * spec.n_heads + h) * hd..][..hd];
+                let s: Vec<f64> = (first..=pos)
+                    .map(|p| {
+                        (0..hd)
+                            .map(|d| qh[d] as f64 * k[p * kvw + kvh * hd + d] as f64)
+                            .sum::<f64>()
+                            * spec.scale as f64
+                    })
+                    .collect();
+                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = s.iter().map(|x| (x - m).exp()).collect();
+                let z: f64 = e.iter().sum();
+                for d in 0..hd {
+                    let acc: f64 = (first..=pos)
+                        .zip(&e)
+                        .map(|(p, w)| w / z * v[p * kvw + kvh * hd + d] as f64)
+                        .sum();
+                    out[(r * spec.n_heads + h) * hd + d] = acc as f32;
+                }
+            }
+        }
+        out
+    }
+
+    fn pseudo_random(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+                (s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn matches_naive_with_gqa_and_window() {
+        for window in [None, Some(3)] {
+            let spec = AttentionSpec {
+                n_heads: 4,
+                n_kv_heads: 2,
+                head_dim: 8,
+                scale: 0.35,
+                window,
+            };
+            let n = 7;
+            let k = pseudo_random(n * 16, 1);
+            let v = pseudo_random(n * 16, 2);
+            let q = pseudo_random(n * 32, 3);
+            let positions: Vec<usize> = (0..n).collect();
+            let mut kv = LayerKv::new(2, 8, 16);
+            kv.write(&k, &v, &positions).unwrap();
+            let got = attend(&spec, &q, &kv, &positions);
+            let want = naive(&spec, &q, &k, &v, &positions);
+            let err: f32 = got
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0, f32::max);
+            assert!(err < 5e-3, "max error {err} (window {window:?})");
+        }
+    }
+
+    #[test]
+    fn writing_past_capacity_is_an_error() {
+        let mut kv = LayerKv::new(1, 2, 4);
+        let r = kv.write(&[0.0; 2], &[0.0; 2], &[4]);
+        assert!(matches!(
+            r,
+            Err(NnError::ContextFull {
+                pos: 4,
+                capacity: 4
+            })
+        ));
+    }
+}

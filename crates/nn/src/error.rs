@@ -1,0 +1,24 @@
+use synaptix_bundle::GgufError;
+use synaptix_core::{DType, Shape};
+
+#[derive(Debug, thiserror::Error)]
+pub enum NnError {
+    #[error(transparent)]
+    Kernel(#[from] synaptix_core::Error),
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error("{source_name}: missing tensor '{name}'")]
+    MissingTensor { source_name: String, name: String },
+    #[error("tensor '{name}' has shape {shape}, expected {expected}")]
+    BadShape {
+        name: String,
+        shape: Shape,
+        expected: String,
+    },
+    #[error("tensor '{name}' is stored as {dtype}, which synaptix cannot execute yet")]
+    UnsupportedWeight { name: String, dtype: DType },
+    #[error("context full: position {pos} is beyond the KV cache capacity of {capacity} tokens")]
+    ContextFull { pos: usize, capacity: usize },
+}
+
+pub type Result<T, E = NnError> = std::result::Result<T, E>;

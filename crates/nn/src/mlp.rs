@@ -1,0 +1,109 @@
+use std::sync::OnceLock;
+
+use half::f16;
+
+use crate::{record, Linear, Result, Tap, VarBuilder};
+
+/// The gate activation of a gated MLP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// SwiGLU: `silu(gate) * up` (Llama, Qwen).
+    Silu,
+    /// GeGLU with the tanh approximation: `gelu(gate) * up` (Gemma).
+    GeluTanh,
+}
+
+/// `down(act(gate(x)) * up(x))`.
+#[derive(Debug, Clone)]
+pub struct GatedMlp {
+    pub gate: Linear,
+    pub up: Linear,
+    pub down: Linear,
+    pub activation: Activation,
+}
+
+impl GatedMlp {
+    /// Loads `ffn_gate`, `ffn_up`, `ffn_down` under `vb`.
+    pub fn load(
+        vb: &VarBuilder,
+        dim: usize,
+        hidden: usize,
+        activation: Activation,
+    ) -> Result<Self> {
+        Ok(GatedMlp {
+            gate: Linear::load(vb, "ffn_gate", hidden, dim)?,
+            up: Linear::load(vb, "ffn_up", hidden, dim)?,
+            down: Linear::load(vb, "ffn_down", dim, hidden)?,
+            activation,
+        })
+    }
+
+    /// `x: [rows, dim]` -> `[rows, dim]`; `name` prefixes tapped intermediates.
+    pub fn forward(
+        &self,
+        x: &[f32],
+        rows: usize,
+        name: &str,
+        tap: &mut dyn Tap,
+    ) -> Result<Vec<f32>> {
+        let mut gate = self.gate.forward(x, rows)?;
+        let up = self.up.forward(x, rows)?;
+        record(tap, name, "ffn_gate", rows, &gate);
+        record(tap, name, "ffn_up", rows, &up);
+        match self.activation {
+            Activation::Silu => {
+                for (g, u) in gate.iter_mut().zip(&up) {
+                    *g = *g / (1.0 + (-*g).exp()) * u;
+                }
+            }
+            Activation::GeluTanh => {
+                for (g, u) in gate.iter_mut().zip(&up) {
+                    *g = gelu_tanh_f16_table(*g) * u;
+                }
+            }
+        }
+        record(tap, name, "ffn_act", rows, &gate);
+        self.down.forward(&gate, rows)
+    }
+}
+
+/// GELU (tanh approximation) exactly as ggml's CPU backend evaluates it: the input rounded to
+/// f16, the result looked up in a table of f16 values, saturating outside ±10.
+pub fn gelu_tanh_f16_table(x: f32) -> f32 {
+    static TABLE: OnceLock<Vec<f16>> = OnceLock::new();
+    if x <= -10.0 {
+        return 0.0;
+    }
+    if x >= 10.0 {
+        return x;
+    }
+    let table = TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|bits| f16::from_f32(gelu_tanh(f16::from_bits(bits).to_f32())))
+            .collect()
+    });
+    table[f16::from_f32(x).to_bits() as usize].to_f32()
+}
+
+/// `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`.
+pub fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    const COEF_A: f32 = 0.044715;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + COEF_A * x * x)).tanh())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gelu_table_tracks_formula() {
+        for i in -300..300 {
+            let x = i as f32 * 0.037;
+            let (a, b) = (gelu_tanh_f16_table(x), gelu_tanh(x));
+            assert!((a - b).abs() <= 2e-3 * b.abs().max(1.0), "{x}: {a} vs {b}");
+        }
+        assert_eq!(gelu_tanh_f16_table(-11.0), 0.0);
+        assert_eq!(gelu_tanh_f16_table(12.5), 12.5);
+    }
+}
