@@ -26,7 +26,7 @@ pub enum OutputFormat {
 #[command(after_help = "Examples:\n  synaptix bench model.gguf\n  \
     synaptix bench model.gguf -p 512 -n 128 -r 3 -t 2 -o json")]
 pub struct BenchArgs {
-    /// GGUF model file
+    /// GGUF model file, or the name of a fetched model (gemma3-270m, qwen2.5-coder-0.5b)
     pub model: PathBuf,
     /// Prompt length for the prompt-processing test (0: skip)
     #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
@@ -66,7 +66,8 @@ impl TestResult {
     }
 }
 
-pub fn run(a: BenchArgs) -> Result<()> {
+pub fn run(mut a: BenchArgs) -> Result<()> {
+    a.model = synaptix_bundle::cache::resolve_model(&a.model.to_string_lossy());
     if a.repetitions == 0 {
         bail!("--repetitions must be at least 1");
     }
@@ -84,9 +85,11 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let n_vocab = info.hparams.n_vocab as u64;
     let mut random_tokens = |n: usize| -> Vec<u32> {
         let mut t: Vec<u32> = (0..n).map(|_| (rng.next_u64() % n_vocab) as u32).collect();
-        if let (Some(first), true, Some(bos)) =
-            (t.first_mut(), engine.tokenizer.add_bos(), engine.tokenizer.bos())
-        {
+        if let (Some(first), true, Some(bos)) = (
+            t.first_mut(),
+            engine.tokenizer.add_bos(),
+            engine.tokenizer.bos(),
+        ) {
             *first = bos;
         }
         t

@@ -9,9 +9,11 @@ use synaptix_bundle::{GgufFile, Value};
 const ARRAY_PREVIEW: usize = 8;
 
 #[derive(Args)]
-#[command(after_help = "Examples:\n  synaptix inspect model.gguf\n  synaptix inspect model.gguf --json | jq .totals")]
+#[command(
+    after_help = "Examples:\n  synaptix inspect model.gguf\n  synaptix inspect model.gguf --json | jq .totals"
+)]
 pub struct InspectArgs {
-    /// GGUF file
+    /// GGUF file, or the name of a fetched model
     pub file: PathBuf,
     /// Print one JSON object instead of tables
     #[arg(long)]
@@ -21,7 +23,8 @@ pub struct InspectArgs {
     pub no_tensors: bool,
 }
 
-pub fn run(a: InspectArgs) -> Result<()> {
+pub fn run(mut a: InspectArgs) -> Result<()> {
+    a.file = synaptix_bundle::cache::resolve_model(&a.file.to_string_lossy());
     let file = GgufFile::open(&a.file)?;
     let mut totals: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
     for t in file.tensors() {
@@ -54,7 +57,10 @@ pub fn run(a: InspectArgs) -> Result<()> {
         let totals: serde_json::Map<String, serde_json::Value> = totals
             .iter()
             .map(|(k, (n, e, b))| {
-                (k.clone(), serde_json::json!({"tensors": n, "elements": e, "bytes": b}))
+                (
+                    k.clone(),
+                    serde_json::json!({"tensors": n, "elements": e, "bytes": b}),
+                )
             })
             .collect();
         let out = serde_json::json!({
@@ -81,13 +87,23 @@ pub fn run(a: InspectArgs) -> Result<()> {
         human_bytes(n_bytes)
     );
     println!("\nmetadata:");
-    let width = file.metadata().iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let width = file
+        .metadata()
+        .iter()
+        .map(|(k, _)| k.len())
+        .max()
+        .unwrap_or(0);
     for (k, v) in file.metadata() {
         println!("  {k:<width$} = {}", v.summary(ARRAY_PREVIEW));
     }
     if !a.no_tensors {
         println!("\ntensors:");
-        let width = file.tensors().iter().map(|t| t.name.len()).max().unwrap_or(0);
+        let width = file
+            .tensors()
+            .iter()
+            .map(|t| t.name.len())
+            .max()
+            .unwrap_or(0);
         for t in file.tensors() {
             println!(
                 "  {:<width$} {:<7} {:<20} {:>12}",

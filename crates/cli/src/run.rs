@@ -15,7 +15,7 @@ use crate::dump::NpyDump;
     synaptix run model.gguf \"Write a haiku about rust\" --chat --temp 0.7 --seed 1\n  \
     synaptix run model.gguf \"2+2=\" --temp 0 --json")]
 pub struct RunArgs {
-    /// GGUF model file
+    /// GGUF model file, or the name of a fetched model (gemma3-270m, qwen2.5-coder-0.5b)
     pub model: PathBuf,
     /// Prompt text (use --file to read it from a file)
     #[arg(required_unless_present = "file")]
@@ -79,7 +79,8 @@ pub struct RunArgs {
     pub dump_filter: Option<String>,
 }
 
-pub fn run(a: RunArgs) -> Result<()> {
+pub fn run(mut a: RunArgs) -> Result<()> {
+    a.model = synaptix_bundle::cache::resolve_model(&a.model.to_string_lossy());
     let threads = crate::threads::init(a.threads)?;
     let prompt = match (&a.prompt, &a.file) {
         (Some(p), _) => p.clone(),

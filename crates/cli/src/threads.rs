@@ -11,6 +11,8 @@ pub fn init(threads: usize) -> Result<usize> {
         bail!("--threads {n} is more than 1024");
     }
     // Fails only when the pool was already built, in which case it keeps its size.
-    let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .build_global();
     Ok(rayon::current_num_threads())
 }

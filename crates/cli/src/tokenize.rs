@@ -6,10 +6,12 @@ use synaptix_bundle::GgufFile;
 use synaptix_tokenizer::Tokenizer;
 
 #[derive(Args)]
-#[command(after_help = "Examples:\n  synaptix tokenize model.gguf \"Hello, world!\"\n  \
-    synaptix tokenize model.gguf \"<|im_start|>user\" --json")]
+#[command(
+    after_help = "Examples:\n  synaptix tokenize model.gguf \"Hello, world!\"\n  \
+    synaptix tokenize model.gguf \"<|im_start|>user\" --json"
+)]
 pub struct TokenizeArgs {
-    /// GGUF model file (its tokenizer is read from the metadata)
+    /// GGUF model file or fetched model name (its tokenizer is read from the metadata)
     pub model: PathBuf,
     /// Text to tokenize
     pub text: String,
@@ -24,7 +26,8 @@ pub struct TokenizeArgs {
     pub json: bool,
 }
 
-pub fn run(a: TokenizeArgs) -> Result<()> {
+pub fn run(mut a: TokenizeArgs) -> Result<()> {
+    a.model = synaptix_bundle::cache::resolve_model(&a.model.to_string_lossy());
     let file = GgufFile::open(&a.model)?;
     let tok = Tokenizer::from_gguf(&file)?;
     let ids = tok.encode(&a.text, !a.no_special, !a.no_parse_special)?;

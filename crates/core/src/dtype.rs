@@ -144,7 +144,7 @@ impl DType {
     /// blocks or the size overflows.
     pub fn bytes_for(self, elements: u64) -> Option<u64> {
         let block = self.block_len() as u64;
-        if elements % block != 0 {
+        if !elements.is_multiple_of(block) {
             return None;
         }
         (elements / block).checked_mul(self.block_bytes() as u64)

@@ -21,9 +21,12 @@ pub fn render_chat(
     eos_token: &str,
 ) -> Result<String> {
     let mut env = Environment::new();
-    env.add_function("raise_exception", |msg: String| -> Result<String, JinjaError> {
-        Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
-    });
+    env.add_function(
+        "raise_exception",
+        |msg: String| -> Result<String, JinjaError> {
+            Err(JinjaError::new(ErrorKind::InvalidOperation, msg))
+        },
+    );
     env.add_template("chat", template)
         .map_err(|e| InferError::Template(e.to_string()))?;
     let tmpl = env

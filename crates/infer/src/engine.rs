@@ -110,8 +110,8 @@ impl Engine {
     pub fn load(path: impl AsRef<Path>) -> Result<Engine> {
         let start = Instant::now();
         let file = Arc::new(GgufFile::open(path)?);
-        let tokenizer = Tokenizer::from_gguf(&file)?;
         let model = synaptix_models::load(file.clone())?;
+        let tokenizer = Tokenizer::from_gguf(&file)?;
         Ok(Engine {
             file,
             model,

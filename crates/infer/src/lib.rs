@@ -8,4 +8,4 @@ mod chat;
 mod engine;
 
 pub use chat::{render_chat, ChatMessage};
-pub use engine::{Engine, GenerateOptions, Generation, InferError, StopReason, Timings};
+pub use engine::{Engine, GenerateOptions, Generation, InferError, Result, StopReason, Timings};

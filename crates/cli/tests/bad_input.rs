@@ -1,0 +1,152 @@
+//! Bad input never panics: every case below exits non-zero with one line on stderr that starts
+//! with `error:` and says what is wrong.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use synaptix_bundle::gguf::{GgufWriter, Value};
+use synaptix_core::DType;
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("synaptix-cli-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+    fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, bytes).unwrap();
+        p
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs synaptix and checks the failure contract; returns stderr.
+fn fails(args: &[&str], expect_in_message: &str) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_synaptix"))
+        .args(args)
+        .output()
+        .expect("synaptix runs");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        !out.status.success(),
+        "{args:?} succeeded; stderr: {stderr}"
+    );
+    assert_ne!(out.status.code(), Some(101), "{args:?} panicked: {stderr}");
+    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "{args:?}: expected one line, got: {stderr}");
+    assert!(lines[0].starts_with("error: "), "{args:?}: {stderr}");
+    assert!(
+        lines[0].contains(expect_in_message),
+        "{args:?}: message lacks {expect_in_message:?}: {stderr}"
+    );
+    stderr
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// A minimal, valid GGUF whose architecture is `arch`.
+fn tiny_gguf(arch: &str) -> GgufWriter {
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", Value::String(arch.into()));
+    w.add_f32("token_embd.weight", &[4, 32], &[0.0; 128]);
+    w
+}
+
+#[test]
+fn missing_file_directory_and_empty_file() {
+    let s = Scratch::new("paths");
+    for cmd in ["run", "inspect", "bench", "tokenize"] {
+        let extra: &[&str] = if cmd == "run" || cmd == "tokenize" {
+            &["hi"]
+        } else {
+            &[]
+        };
+        let missing = s.0.join("missing.gguf");
+        let mut args = vec![cmd, p(&missing)];
+        args.extend_from_slice(extra);
+        fails(&args, "missing.gguf");
+        let mut args = vec![cmd, p(&s.0)];
+        args.extend_from_slice(extra);
+        fails(&args, "directory");
+    }
+    let empty = s.file("empty.gguf", b"");
+    fails(&["inspect", p(&empty)], "empty");
+    fails(&["run", p(&empty), "hi"], "empty");
+}
+
+#[test]
+fn random_bytes_and_truncated_files() {
+    let s = Scratch::new("junk");
+    let mut state = 7u32;
+    let noise: Vec<u8> = (0..10_000)
+        .map(|_| {
+            state = state.wrapping_mul(1664525).wrapping_add(1013904223);
+            (state >> 24) as u8
+        })
+        .collect();
+    let junk = s.file("junk.gguf", &noise);
+    fails(&["inspect", p(&junk)], "not a GGUF file");
+    fails(&["run", p(&junk), "hi"], "not a GGUF file");
+
+    let bytes = tiny_gguf("llama").to_bytes();
+    for cut in [3, 20, 40, bytes.len() / 2, bytes.len() - 1] {
+        let t = s.file(&format!("cut{cut}.gguf"), &bytes[..cut]);
+        fails(&["inspect", p(&t)], "");
+    }
+}
+
+#[test]
+fn hostile_tables() {
+    let s = Scratch::new("hostile");
+    let mut w = GgufWriter::new();
+    w.add_tensor("huge", &[1 << 40, 1 << 40], DType::F32, vec![0; 16]);
+    let f = s.file("dims.gguf", &w.to_bytes());
+    fails(&["inspect", p(&f)], "huge");
+
+    let mut w = GgufWriter::new();
+    w.add_tensor("past_end", &[1024, 1024], DType::F32, vec![0; 16]);
+    let f = s.file("oob.gguf", &w.to_bytes());
+    fails(&["inspect", p(&f)], "outside the file");
+
+    let mut w = GgufWriter::new();
+    w.add_tensor("wrap", &[u64::MAX / 4, 8], DType::F32, vec![0; 16]);
+    let f = s.file("overflow.gguf", &w.to_bytes());
+    fails(&["inspect", p(&f)], "wrap");
+
+    // An unknown tensor type id: patch the type field of the only tensor info.
+    let mut bytes = tiny_gguf("llama").to_bytes();
+    let name = b"token_embd.weight";
+    let at = bytes.windows(name.len()).position(|w| w == name).unwrap() + name.len() + 4 + 16;
+    bytes[at..at + 4].copy_from_slice(&77u32.to_le_bytes());
+    let f = s.file("ttype.gguf", &bytes);
+    fails(&["inspect", p(&f)], "unknown tensor type id 77");
+}
+
+#[test]
+fn unsupported_architecture_lists_supported_ones() {
+    let s = Scratch::new("arch");
+    let f = s.file("mamba.gguf", &tiny_gguf("mamba9").to_bytes());
+    let err = fails(&["run", p(&f), "hi"], "unsupported architecture 'mamba9'");
+    for arch in ["llama", "qwen2", "qwen3", "gemma3"] {
+        assert!(err.contains(arch), "{err}");
+    }
+}
+
+#[test]
+fn wrong_flags_are_one_line() {
+    fails(&["run", "--no-such-flag"], "--no-such-flag");
+    fails(&["frobnicate"], "frobnicate");
+    fails(&["run", "model.gguf", "hi", "--temp", "warm"], "warm");
+    fails(&["bench", "model.gguf", "-p", "-5"], "-5");
+}

@@ -1,0 +1,274 @@
+//! The binary end to end on the real models (`scripts/fetch-models.sh` fetches them).
+
+use std::process::{Command, Output};
+
+use synaptix_bundle::cache;
+
+fn model(file: &str) -> String {
+    let path = cache::models_dir().join(file);
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/fetch-models.sh",
+        path.display()
+    );
+    path.display().to_string()
+}
+
+fn gemma() -> String {
+    model("gemma-3-270m-q4_k_m.gguf")
+}
+
+fn qwen() -> String {
+    model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
+}
+
+fn synaptix(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_synaptix"))
+        .args(args)
+        .output()
+        .expect("synaptix runs")
+}
+
+fn json_ok(args: &[&str]) -> serde_json::Value {
+    let out = synaptix(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("stdout is JSON")
+}
+
+/// The goldens' first prompt for a model: (prompt, llama.cpp's prompt ids, greedy tokens).
+fn golden(name: &str) -> (String, Vec<u64>, Vec<u64>) {
+    let path = format!(
+        "{}/../../tests/fixtures/goldens/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let g: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let p = &g["prompts"][0];
+    let ids = |v: &serde_json::Value| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect()
+    };
+    (
+        p["prompt"].as_str().unwrap().to_string(),
+        ids(&p["prompt_ids"]),
+        ids(&p["generated"]),
+    )
+}
+
+#[test]
+fn run_json_greedy_matches_llama_cpp_end_to_end() {
+    for (name, path) in [("gemma3-270m", gemma()), ("qwen2.5-coder-0.5b", qwen())] {
+        let (prompt, prompt_ids, want) = golden(name);
+        let v = json_ok(&[
+            "run", &path, &prompt, "--temp", "0", "-n", "16", "--json", "-t", "2",
+        ]);
+        let got_prompt: Vec<u64> = v["prompt_tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect();
+        assert_eq!(got_prompt, prompt_ids, "{name}: prompt tokenization");
+        let got: Vec<u64> = v["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect();
+        assert_eq!(got, want[..got.len()].to_vec(), "{name}: greedy tokens");
+        assert!(!v["text"].as_str().unwrap().is_empty());
+        assert!(v["timings"]["gen_tps"].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn run_streams_text_and_stats() {
+    let out = synaptix(&[
+        "run",
+        &gemma(),
+        "The capital of France is",
+        "--temp",
+        "0",
+        "-n",
+        "8",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Paris"), "{text}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("prompt") && err.contains("t/s"), "{err}");
+}
+
+#[test]
+fn chat_template_wraps_the_prompt() {
+    let v = json_ok(&[
+        "run",
+        &qwen(),
+        "hi",
+        "--chat",
+        "--temp",
+        "0",
+        "-n",
+        "4",
+        "--json",
+    ]);
+    let ids: Vec<u64> = v["prompt_tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    // <|im_start|> is 151644 in Qwen2.5's vocabulary; the template opens with it.
+    assert_eq!(ids[0], 151644, "{ids:?}");
+    assert!(
+        ids.contains(&151645),
+        "the user turn is closed with <|im_end|>: {ids:?}"
+    );
+    let v = json_ok(&[
+        "run",
+        &gemma(),
+        "hi",
+        "--chat",
+        "--temp",
+        "0",
+        "-n",
+        "4",
+        "--json",
+    ]);
+    let ids: Vec<u64> = v["prompt_tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    assert_eq!(ids[0], 2, "one BOS: {ids:?}");
+    assert_ne!(ids[1], 2, "not two BOS: {ids:?}");
+}
+
+#[test]
+fn prompt_longer_than_context_is_an_error() {
+    let long = "word ".repeat(100);
+    let out = synaptix(&["run", &gemma(), &long, "-c", "16"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with("error:") && err.contains("context"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[test]
+fn seeded_sampling_is_reproducible() {
+    let args = [
+        "run",
+        &gemma(),
+        "Once upon a time",
+        "--temp",
+        "0.9",
+        "--seed",
+        "7",
+        "-n",
+        "12",
+        "--json",
+    ];
+    let a = json_ok(&args);
+    let b = json_ok(&args);
+    assert_eq!(a["tokens"], b["tokens"]);
+    let c = json_ok(&[
+        "run",
+        &gemma(),
+        "Once upon a time",
+        "--temp",
+        "0.9",
+        "--seed",
+        "8",
+        "-n",
+        "12",
+        "--json",
+    ]);
+    assert_ne!(
+        a["tokens"], c["tokens"],
+        "another seed gives another sample"
+    );
+}
+
+#[test]
+fn inspect_reports_the_file() {
+    let v = json_ok(&["inspect", &gemma(), "--json"]);
+    assert_eq!(v["version"], 3);
+    assert_eq!(v["metadata"]["general.architecture"], "gemma3");
+    assert_eq!(v["tensors"].as_array().unwrap().len(), 236);
+    let tokens = &v["metadata"]["tokenizer.ggml.tokens"];
+    assert_eq!(
+        tokens["len"], 262144,
+        "long arrays are summarised: {tokens}"
+    );
+    let total: u64 = v["totals"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|t| t["tensors"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, 236);
+    assert!(v["n_params"].as_u64().unwrap() > 260_000_000);
+    let out = synaptix(&["inspect", &qwen()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("qwen2.block_count") && text.contains("blk.0.attn_q.bias"),
+        "{text}"
+    );
+}
+
+#[test]
+fn tokenize_shows_ids_and_pieces() {
+    let v = json_ok(&["tokenize", &qwen(), "Hello world", "--json"]);
+    assert_eq!(v["pieces"], serde_json::json!(["Hello", " world"]));
+    assert_eq!(v["ids"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn bench_prints_llama_bench_rows() {
+    let v = json_ok(&[
+        "bench",
+        &gemma(),
+        "-p",
+        "16",
+        "-n",
+        "4",
+        "-r",
+        "1",
+        "-t",
+        "2",
+        "-o",
+        "json",
+    ]);
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["test"], "pp16");
+    assert_eq!(rows[1]["test"], "tg4");
+    for r in rows {
+        assert!(r["avg_ts"].as_f64().unwrap() > 0.0);
+        assert_eq!(r["n_threads"], 2);
+    }
+    let out = synaptix(&["bench", &gemma(), "-p", "8", "-n", "2", "-r", "1"]);
+    let md = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        md.contains("| model") && md.contains("gemma3 270M Q4_K - Medium") && md.contains("tg2"),
+        "{md}"
+    );
+}
+
+#[test]
+fn devices_lists_the_cpu() {
+    let v = json_ok(&["devices", "--json"]);
+    assert_eq!(v["devices"][0]["kind"], "cpu");
+    assert!(v["devices"][0]["kernel_path"].is_string());
+}
