@@ -8,8 +8,15 @@ subsample estimates the full one without committing megabytes).
 
     scripts/reference/make_model_goldens.py LLAMA_CPP_DIR [MODELS_DIR]
 
-LLAMA_CPP_DIR is a built llama.cpp tree (`../shared/peer/llamacpp.sh build ...`: it needs
-build/bin/libllama.so and include/). The helper llama_reference.c beside this script is compiled
+LLAMA_CPP_DIR is a llama.cpp tree built PORTABLE, every SIMD path off, so that its arithmetic is
+plain C that synaptix reproduces bit for bit (llama.cpp's own AVX-512 and portable builds differ by
+a logits NMSE of ~1e-3 on Gemma 3 and diverge in greedy tokens; a reference must be exact):
+
+    tar xJf llama.cpp.tar.xz && cd llama.cpp   # from ../shared/peer/llamacpp.sh src
+    cmake -B build -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DGGML_NATIVE=OFF -DGGML_AVX=OFF \
+      -DGGML_AVX2=OFF -DGGML_FMA=OFF -DGGML_F16C=OFF -DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF \
+      -DGGML_SSE42=OFF -DGGML_BMI2=OFF -DGGML_LLAMAFILE=OFF
+    cmake --build build -j --target llama-completion The helper llama_reference.c beside this script is compiled
 against it with gcc. Writes tests/fixtures/goldens/<model>.json and <model>.logits.bin
 (per prompt: u32 count, count u32 indices, count f32 values; little-endian).
 """
@@ -107,7 +114,7 @@ def main():
                 "model": name,
                 "file": spec["file"],
                 "sha256": sha256(path),
-                "reference": "llama.cpp (llama-cpp-python 0.3.36 sdist), CPU, 2 threads, flash attention off, greedy",
+                "reference": "llama.cpp 0c1e570 (llama-cpp-python 0.3.36 sdist), portable CPU build (SIMD off), flash attention off, greedy",
                 "n_gen": N_GEN,
                 "logits": name + ".logits.bin",
                 "prompts": entries,

@@ -101,7 +101,7 @@ fn run_streams_text_and_stats() {
     ]);
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("Paris"), "{text}");
+    assert!(text.contains("France"), "{text}");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("prompt") && err.contains("t/s"), "{err}");
 }

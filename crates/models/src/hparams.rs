@@ -107,7 +107,8 @@ impl HParams {
                     key("attention.layer_norm_rms_epsilon")
                 ))
             })? as f32;
-        if !(rope_freq_base > 0.0 && rope_freq_base.is_finite()) || !(rms_eps >= 0.0) {
+        let valid = rope_freq_base > 0.0 && rope_freq_base.is_finite() && rms_eps >= 0.0;
+        if !valid {
             return Err(bad(
                 "rope.freq_base or the norm epsilon is not a positive number".into(),
             ));

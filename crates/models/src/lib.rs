@@ -92,6 +92,9 @@ pub fn load(file: Arc<GgufFile>) -> Result<Box<dyn CausalLm>> {
             problem: "missing general.architecture".into(),
         })?
         .to_string();
+    if !SUPPORTED_ARCHITECTURES.contains(&arch.as_str()) {
+        return Err(ModelError::UnsupportedArchitecture { path, arch });
+    }
     let info = ModelInfo {
         name: file.get_str("general.name")?.unwrap_or(&arch).to_string(),
         hparams: HParams::from_gguf(&file, &arch)?,
