@@ -2,7 +2,7 @@
 //
 //   llama_reference MODEL.gguf PROMPT_FILE N_GEN LOGITS_OUT.f32
 //
-// Tokenizes the prompt file's bytes as llama-completion does (special tokens added and parsed),
+// Tokenizes the prompt file's bytes (or reads "ids:1,2,3") as llama-completion does (special tokens added and parsed),
 // evaluates it on the CPU with flash attention off, writes the logits of the last prompt position
 // (n_vocab little-endian f32) to LOGITS_OUT, then decodes greedily (arg-max, lowest id on ties)
 // for up to N_GEN tokens, stopping after an end-of-generation token. Prints one JSON line:
@@ -82,8 +82,17 @@ int main(int argc, char **argv) {
 
     int cap = (int)plen + 16;
     llama_token *ids = malloc(sizeof(llama_token) * cap);
-    int n = llama_tokenize(vocab, prompt, (int)plen, ids, cap, true, true);
-    if (n < 0) { fprintf(stderr, "tokenize failed\n"); return 1; }
+    int n = 0;
+    if (strncmp(prompt, "ids:", 4) == 0) {
+        // Token ids given directly ("ids:1,2,3"), for models whose vocabulary is synthetic.
+        for (char *p = prompt + 4; *p && n < cap; ) {
+            ids[n++] = (llama_token)strtol(p, &p, 10);
+            if (*p == ',') p++; else break;
+        }
+    } else {
+        n = llama_tokenize(vocab, prompt, (int)plen, ids, cap, true, true);
+        if (n < 0) { fprintf(stderr, "tokenize failed\n"); return 1; }
+    }
 
     if (llama_decode(ctx, llama_batch_get_one(ids, n)) != 0) { fprintf(stderr, "decode failed\n"); return 1; }
     dumping = 0;

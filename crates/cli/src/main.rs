@@ -20,7 +20,7 @@ use clap::{Parser, Subcommand};
     long_about = "synaptix loads GGUF model files as they are (memory-mapped, any ggml quantization \
                   it supports) and runs them with its own kernels.\n\n\
                   Quick start:\n  scripts/fetch-models.sh gemma3-270m\n  \
-                  synaptix run ~/.cache/synaptix/models/gemma-3-270m-q4_k_m.gguf \"The capital of France is\""
+                  synaptix run gemma3-270m \"The capital of France is\""
 )]
 struct Cli {
     #[command(subcommand)]

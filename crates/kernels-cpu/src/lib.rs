@@ -1,1 +1,22 @@
-//! synaptix-kernels-cpu
+//! synaptix-kernels-cpu: CPU compute kernels.
+//!
+//! - [`quant`]: dequantization of ggml block types, activation quantization, quantized dot
+//!   products and the weight × activation matmul, bit-identical with ggml's portable CPU build,
+//!   with a portable scalar path plus AVX2 and AVX-512 paths chosen at run time.
+//! - [`ops`]: small f32 element-wise and row-wise ops (RMS norm, softmax, activations).
+//! - [`cpu_features`] / [`kernel_path`]: what the CPU offers and which kernel path is in use.
+
+mod cpu;
+pub mod ops;
+pub mod quant;
+
+pub use cpu::{cpu_features, kernel_path, CpuFeatures, KERNEL_PATH_ENV};
+#[doc(hidden)]
+pub use quant::kernel_paths;
+pub use quant::{
+    activation_dtype, dequantize, matmul, matmul_quantized, quantize_acts, vec_dot, QuantizedActs,
+    WeightView,
+};
+
+#[cfg(test)]
+pub(crate) mod testutil;

@@ -1,7 +1,7 @@
 use half::f16;
 use rayon::prelude::*;
 
-use crate::{NnError, Result};
+use crate::{ggml_math, NnError, Result};
 
 /// The shape of one attention layer.
 #[derive(Debug, Clone, Copy)]
@@ -114,8 +114,10 @@ impl KvCache {
 /// Causal attention of `q: [rows, n_heads * head_dim]` (row `r` at `positions[r]`) over the
 /// cache. Returns `[rows, n_heads * head_dim]`.
 ///
-/// Numerics follow llama.cpp's CPU path: `q` rounded to f16 against f16 keys with f32
-/// accumulation, softmax in f32 with an f64 sum, probabilities rounded to f16 against f16 values.
+/// The arithmetic is exactly that of llama.cpp's portable CPU path (flash attention off):
+/// `q` rounded to f16; each score an f64 sum of exact f16×f16 products, rounded to f32, times
+/// `scale`; softmax with f32 `exp` and an f64 normaliser; probabilities rounded to f16 and
+/// each output an f64 sum of exact f16×f16 products.
 pub fn attend(spec: &AttentionSpec, q: &[f32], kv: &LayerKv, positions: &[usize]) -> Vec<f32> {
     let hd = spec.head_dim;
     let width = spec.n_heads * hd;
@@ -137,38 +139,35 @@ pub fn attend(spec: &AttentionSpec, q: &[f32], kv: &LayerKv, positions: &[usize]
                 .iter()
                 .map(|&v| f16::from_f32(v).to_f32())
                 .collect();
-            let mut scores: Vec<f32> = (first..=pos)
-                .map(|p| {
-                    let k = &keys[p * hd..(p + 1) * hd];
-                    let dot: f32 = qh.iter().zip(k).map(|(a, b)| a * b.to_f32()).sum();
-                    dot * spec.scale
-                })
-                .collect();
-            softmax_inplace(&mut scores);
-            out_head.fill(0.0);
-            for (i, p) in (first..=pos).enumerate() {
-                let w = f16::from_f32(scores[i]).to_f32();
+            // Scores at their absolute positions, padded to whole groups of four with masked
+            // entries, as ggml lays out its (256-padded) KV rows: the softmax groups by index.
+            let mut probs = vec![f32::NEG_INFINITY; (pos + 1).next_multiple_of(4)];
+            for (p, score) in probs.iter_mut().enumerate().take(pos + 1).skip(first) {
+                let k = &keys[p * hd..(p + 1) * hd];
+                let dot: f64 = k
+                    .iter()
+                    .zip(&qh)
+                    .map(|(a, b)| (a.to_f32() * b) as f64)
+                    .sum();
+                *score = dot as f32 * spec.scale;
+            }
+            ggml_math::softmax_inplace(&mut probs);
+            for p in probs.iter_mut() {
+                *p = f16::from_f32(*p).to_f32();
+            }
+            let mut acc = vec![0f64; hd];
+            for p in first..=pos {
+                let w = probs[p];
                 let v = &values[p * hd..(p + 1) * hd];
-                for (o, vv) in out_head.iter_mut().zip(v) {
-                    *o += w * vv.to_f32();
+                for (a, vv) in acc.iter_mut().zip(v) {
+                    *a += (vv.to_f32() * w) as f64;
                 }
+            }
+            for (o, a) in out_head.iter_mut().zip(&acc) {
+                *o = *a as f32;
             }
         });
     out
-}
-
-/// Numerically stable softmax with the normalizer summed in f64.
-pub fn softmax_inplace(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0f64;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v as f64;
-    }
-    let inv = (1.0 / sum) as f32;
-    for v in x.iter_mut() {
-        *v *= inv;
-    }
 }
 
 #[cfg(test)]

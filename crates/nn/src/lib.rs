@@ -11,6 +11,7 @@ mod attention;
 mod block;
 mod embedding;
 mod error;
+pub mod ggml_math;
 mod linear;
 mod mlp;
 mod norm;

@@ -52,8 +52,9 @@ impl GatedMlp {
         record(tap, name, "ffn_up", rows, &up);
         match self.activation {
             Activation::Silu => {
-                for (g, u) in gate.iter_mut().zip(&up) {
-                    *g = *g / (1.0 + (-*g).exp()) * u;
+                let n = self.gate.out_dim();
+                for (g, u) in gate.chunks_exact_mut(n).zip(up.chunks_exact(n)) {
+                    crate::ggml_math::swiglu_inplace(g, u);
                 }
             }
             Activation::GeluTanh => {
@@ -87,7 +88,8 @@ pub fn gelu_tanh_f16_table(x: f32) -> f32 {
 
 /// `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`.
 pub fn gelu_tanh(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    #[allow(clippy::excessive_precision)]
+    const SQRT_2_OVER_PI: f32 = 0.797_884_560_802_865_4;
     const COEF_A: f32 = 0.044715;
     0.5 * x * (1.0 + (SQRT_2_OVER_PI * x * (1.0 + COEF_A * x * x)).tanh())
 }

@@ -1,0 +1,128 @@
+//! CPU feature detection and the choice of kernel path.
+
+use std::sync::OnceLock;
+
+/// Instruction-set extensions of the running CPU that matter to the kernels.
+///
+/// Detection is at run time; the crate is never compiled for a specific CPU. AMX is deliberately
+/// not reported: some hosts advertise it but fault on use.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CpuFeatures {
+    pub avx2: bool,
+    pub fma: bool,
+    pub f16c: bool,
+    pub avx512f: bool,
+    pub avx512bw: bool,
+    pub avx512vl: bool,
+    pub avx512vnni: bool,
+    pub avx512bf16: bool,
+    pub neon: bool,
+}
+
+/// Features of the running CPU (detected once, then cached).
+pub fn cpu_features() -> CpuFeatures {
+    static FEATURES: OnceLock<CpuFeatures> = OnceLock::new();
+    *FEATURES.get_or_init(detect)
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detect() -> CpuFeatures {
+    CpuFeatures {
+        avx2: is_x86_feature_detected!("avx2"),
+        fma: is_x86_feature_detected!("fma"),
+        f16c: is_x86_feature_detected!("f16c"),
+        avx512f: is_x86_feature_detected!("avx512f"),
+        avx512bw: is_x86_feature_detected!("avx512bw"),
+        avx512vl: is_x86_feature_detected!("avx512vl"),
+        avx512vnni: is_x86_feature_detected!("avx512vnni"),
+        avx512bf16: is_x86_feature_detected!("avx512bf16"),
+        neon: false,
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+fn detect() -> CpuFeatures {
+    CpuFeatures {
+        neon: std::arch::is_aarch64_feature_detected!("neon"),
+        ..CpuFeatures::default()
+    }
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn detect() -> CpuFeatures {
+    CpuFeatures::default()
+}
+
+/// Kernel families, from most portable to most specialised. Each later one requires the
+/// features of the earlier ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Path {
+    Scalar,
+    /// AVX2 + FMA + F16C.
+    Avx2,
+    /// Avx2 plus AVX-512 F/BW/VL/VNNI.
+    Avx512,
+}
+
+impl Path {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Path::Scalar => "scalar",
+            Path::Avx2 => "avx2",
+            Path::Avx512 => "avx512-vnni",
+        }
+    }
+
+    /// The best path the CPU supports.
+    pub(crate) fn best_supported() -> Path {
+        let f = cpu_features();
+        if !(f.avx2 && f.fma && f.f16c) {
+            return Path::Scalar;
+        }
+        if f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni {
+            Path::Avx512
+        } else {
+            Path::Avx2
+        }
+    }
+
+    /// The name `KERNEL_PATH_ENV` takes for this path.
+    pub(crate) fn short_name(self) -> &'static str {
+        match self {
+            Path::Scalar => "scalar",
+            Path::Avx2 => "avx2",
+            Path::Avx512 => "avx512",
+        }
+    }
+
+    /// Every path usable on this CPU (for tests comparing paths).
+    pub(crate) fn all_supported() -> Vec<Path> {
+        let best = Path::best_supported();
+        [Path::Scalar, Path::Avx2, Path::Avx512]
+            .into_iter()
+            .filter(|p| *p <= best)
+            .collect()
+    }
+}
+
+/// Environment variable that caps the kernel path (`scalar`, `avx2`, `avx512`), for comparing
+/// paths; it can only lower the choice, never enable what the CPU lacks.
+pub const KERNEL_PATH_ENV: &str = "SYNAPTIX_CPU_KERNELS";
+
+pub(crate) fn path() -> Path {
+    static PATH: OnceLock<Path> = OnceLock::new();
+    *PATH.get_or_init(|| {
+        let best = Path::best_supported();
+        let cap = match std::env::var(KERNEL_PATH_ENV).ok().as_deref() {
+            Some("scalar") => Path::Scalar,
+            Some("avx2") => Path::Avx2,
+            _ => Path::Avx512,
+        };
+        best.min(cap)
+    })
+}
+
+/// Name of the kernel path in use: `"scalar"`, `"avx2"` or `"avx512-vnni"`.
+pub fn kernel_path() -> &'static str {
+    path().name()
+}

@@ -1,0 +1,249 @@
+//! `y = x · Wᵀ` for a quantized (or float) weight matrix W.
+
+use rayon::prelude::*;
+use synaptix_core::{DType, Error, Result};
+
+use super::{checked_kernels, quantize_acts_on, Kernels, QuantizedActs};
+use crate::cpu::{path, Path};
+
+/// A row-major weight matrix of `rows` (n, output features) × `cols` (k, input features) stored
+/// in `dtype`: each row is `cols / dtype.block_len()` consecutive blocks, rows are contiguous.
+#[derive(Debug, Clone, Copy)]
+pub struct WeightView<'a> {
+    pub dtype: DType,
+    pub data: &'a [u8],
+    pub rows: usize,
+    pub cols: usize,
+}
+
+/// Below this many weight bytes × activation rows the matmul runs on the calling thread: the
+/// work would not repay rayon's scheduling.
+const SERIAL_WORK_BYTES: usize = 96 * 1024;
+
+/// Activation rows processed together against each weight row when m > 1, so the rows' quants
+/// (up to `TILE_M * k` bytes) stay in cache while a chunk of weight rows streams through.
+const TILE_M: usize = 16;
+
+/// `y[m×n] = x[m×k] · Wᵀ` where `W` is `w` (n×k). Each row of `x` is quantized once to the
+/// activation format of `w.dtype` ([`quantize_acts`](super::quantize_acts)), and every output is
+/// exactly [`vec_dot`](super::vec_dot) of its weight row and activation row, i.e. bit-identical
+/// with ggml's portable build whatever the thread count. Output rows are split into chunks over
+/// the ambient rayon pool, and within a chunk every weight row is read (and its blocks unpacked)
+/// once per tile of up to 16 `x` rows.
+///
+/// Errors: unsupported weight type, `w.data` not `rows` rows of `cols` elements, `x.len() !=
+/// m * cols`, `y.len() != m * rows`, or `cols` not a multiple of the block length.
+pub fn matmul(w: WeightView, x: &[f32], m: usize, y: &mut [f32]) -> Result<()> {
+    matmul_on(path(), w, x, m, y)
+}
+
+/// [`matmul`] with the kernels for `path` (which the CPU must support).
+pub(crate) fn matmul_on(
+    path: Path,
+    w: WeightView,
+    x: &[f32],
+    m: usize,
+    y: &mut [f32],
+) -> Result<()> {
+    const OP: &str = "matmul";
+    let (n, k) = (w.rows, w.cols);
+    let row_bytes = checked_row_bytes(OP, &w)?;
+    let mismatch = |detail: String| Error::ShapeMismatch { op: OP, detail };
+    if m.checked_mul(k) != Some(x.len()) {
+        return Err(mismatch(format!(
+            "x has {} values, expected {m}×{k}",
+            x.len()
+        )));
+    }
+    if m.checked_mul(n) != Some(y.len()) {
+        return Err(mismatch(format!(
+            "y has {} values, expected {m}×{n}",
+            y.len()
+        )));
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        y.fill(0.0);
+        return Ok(());
+    }
+
+    let parallel = is_parallel(w.data.len(), m);
+    let acts: Vec<QuantizedActs> = if parallel && m > 1 {
+        x.par_chunks(k)
+            .map(|r| quantize_acts_on(path, w.dtype, r))
+            .collect::<Result<_>>()?
+    } else {
+        x.chunks(k)
+            .map(|r| quantize_acts_on(path, w.dtype, r))
+            .collect::<Result<_>>()?
+    };
+    run(OP, path, w, row_bytes, &acts, y)
+}
+
+/// [`matmul`] with activation rows already quantized by [`quantize_acts`](super::quantize_acts)
+/// for `w.dtype` (`acts.len()` = m), so one quantization can serve several weight matrices that
+/// read the same input (e.g. Q/K/V or gate/up projections of the same type).
+pub fn matmul_quantized(w: WeightView, acts: &[QuantizedActs], y: &mut [f32]) -> Result<()> {
+    matmul_quantized_on(path(), w, acts, y)
+}
+
+/// [`matmul_quantized`] with the kernels for `path` (which the CPU must support).
+pub(crate) fn matmul_quantized_on(
+    path: Path,
+    w: WeightView,
+    acts: &[QuantizedActs],
+    y: &mut [f32],
+) -> Result<()> {
+    const OP: &str = "matmul_quantized";
+    let (n, k, m) = (w.rows, w.cols, acts.len());
+    let row_bytes = checked_row_bytes(OP, &w)?;
+    let mismatch = |detail: String| Error::ShapeMismatch { op: OP, detail };
+    if let Some(a) = acts.iter().find(|a| a.len() != k) {
+        return Err(mismatch(format!(
+            "activation row of {} values, expected {k}",
+            a.len()
+        )));
+    }
+    if m.checked_mul(n) != Some(y.len()) {
+        return Err(mismatch(format!(
+            "y has {} values, expected {m}×{n}",
+            y.len()
+        )));
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    run(OP, path, w, row_bytes, acts, y)
+}
+
+/// Bytes per weight row, after checking `w.data` holds exactly `rows` such rows.
+fn checked_row_bytes(op: &'static str, w: &WeightView) -> Result<usize> {
+    let (n, k) = (w.rows, w.cols);
+    let row_bytes = w
+        .dtype
+        .bytes_for(k as u64)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| Error::ShapeMismatch {
+            op,
+            detail: format!("{k} columns is not a whole number of {} blocks", w.dtype),
+        })?;
+    if n.checked_mul(row_bytes) != Some(w.data.len()) {
+        return Err(Error::ShapeMismatch {
+            op,
+            detail: format!(
+                "{n}×{k} {} weights need {n}×{row_bytes} bytes, got {}",
+                w.dtype,
+                w.data.len()
+            ),
+        });
+    }
+    Ok(row_bytes)
+}
+
+fn is_parallel(weight_bytes: usize, m: usize) -> bool {
+    rayon::current_num_threads() > 1 && weight_bytes.saturating_mul(m) >= SERIAL_WORK_BYTES
+}
+
+/// Weight rows per parallel chunk are rounded up to a multiple of this (the row-group size of
+/// the multi-row kernels).
+const ROW_ALIGN: usize = 16;
+
+/// The shared body: shapes are valid and `acts` is non-empty.
+fn run(
+    op: &'static str,
+    path: Path,
+    w: WeightView,
+    row_bytes: usize,
+    acts: &[QuantizedActs],
+    y: &mut [f32],
+) -> Result<()> {
+    let (n, m) = (w.rows, acts.len());
+    let parallel = is_parallel(w.data.len(), m);
+    // Every row must match the weight type; the first one also picks the kernels.
+    let kernels = checked_kernels(op, path, w.dtype, row_bytes, &acts[0])?;
+    if let Some(a) = acts.iter().find(|a| a.dtype() != acts[0].dtype()) {
+        return Err(Error::Invalid {
+            op,
+            detail: format!(
+                "mixed activation formats {} and {}",
+                acts[0].dtype(),
+                a.dtype()
+            ),
+        });
+    }
+    let job = RowJob {
+        kernels,
+        data: w.data,
+        row_bytes,
+        acts,
+    };
+
+    let chunk_rows = if parallel {
+        n.div_ceil(rayon::current_num_threads() * 4)
+            .max(4)
+            .next_multiple_of(ROW_ALIGN)
+    } else {
+        n
+    };
+
+    if m == 1 {
+        let run = |(c, ys): (usize, &mut [f32])| job.rows(c * chunk_rows, ys);
+        if parallel {
+            y.par_chunks_mut(chunk_rows).enumerate().for_each(run);
+        } else {
+            y.chunks_mut(chunk_rows).enumerate().for_each(run);
+        }
+        return Ok(());
+    }
+
+    // Results are produced weight-row-major (yt[j*m + i]) so each chunk owns a contiguous
+    // slice, then transposed into y[i*n + j].
+    let mut yt = vec![0f32; n * m];
+    let run = |(c, yts): (usize, &mut [f32])| job.rows(c * chunk_rows, yts);
+    if parallel {
+        yt.par_chunks_mut(chunk_rows * m).enumerate().for_each(run);
+    } else {
+        yt.chunks_mut(chunk_rows * m).enumerate().for_each(run);
+    }
+    let transpose = |(i, yr): (usize, &mut [f32])| {
+        yr.iter_mut()
+            .enumerate()
+            .for_each(|(j, v)| *v = yt[j * m + i]);
+    };
+    if parallel {
+        y.par_chunks_mut(n).enumerate().for_each(transpose);
+    } else {
+        y.chunks_mut(n).enumerate().for_each(transpose);
+    }
+    Ok(())
+}
+
+/// Everything a chunk of output rows needs; lengths were validated by `matmul`.
+struct RowJob<'a> {
+    kernels: Kernels,
+    data: &'a [u8],
+    row_bytes: usize,
+    acts: &'a [QuantizedActs],
+}
+
+impl RowJob<'_> {
+    /// `yts[j*m + i]` = row `r0 + j` · x_i for the chunk's rows, x rows taken in tiles of
+    /// TILE_M.
+    fn rows(&self, r0: usize, yts: &mut [f32]) {
+        let m = self.acts.len();
+        let nr = yts.len() / m;
+        let w = &self.data[r0 * self.row_bytes..(r0 + nr) * self.row_bytes];
+        for t0 in (0..m).step_by(TILE_M) {
+            let t1 = (t0 + TILE_M).min(m);
+            // SAFETY: matmul checked that every row has `row_bytes` bytes for `acts[*].k`
+            // elements and checked_kernels matched the activation format to the weight type;
+            // `w` holds `nr` rows and `yts[t0..]` the outputs at stride m.
+            unsafe {
+                self.kernels
+                    .run_block(w, self.row_bytes, nr, &self.acts[t0..t1], &mut yts[t0..], m)
+            };
+        }
+    }
+}

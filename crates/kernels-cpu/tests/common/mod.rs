@@ -1,0 +1,94 @@
+//! Shared helpers of the integration tests: deterministic random data.
+
+#![allow(dead_code)]
+
+use synaptix_core::DType;
+
+/// SplitMix64.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5eed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    pub fn uniform(&mut self) -> f32 {
+        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
+    }
+
+    /// Approximately normal (sum of four uniforms), scaled.
+    pub fn normal(&mut self, scale: f32) -> f32 {
+        let s: f32 = (0..4).map(|_| self.uniform()).sum();
+        (s - 2.0) * 1.7 * scale
+    }
+
+    pub fn normal_vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.normal(scale)).collect()
+    }
+}
+
+/// Byte offsets of the half-precision scale fields of a `dtype` block (ggml layouts).
+fn scale_offsets(dtype: DType) -> &'static [usize] {
+    match dtype {
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
+        DType::Q4_1 | DType::Q5_1 | DType::Q4K | DType::Q5K => &[0, 2],
+        DType::Q2K => &[80, 82],
+        DType::Q3K => &[108],
+        DType::Q6K => &[208],
+        _ => &[],
+    }
+}
+
+/// `rows × k` random weights of `dtype`: random quant bytes with modest random half scales
+/// (either sign), or normal values for the float types.
+pub fn random_weights(rng: &mut Rng, dtype: DType, rows: usize, k: usize) -> Vec<u8> {
+    let n = rows * k;
+    match dtype {
+        DType::F32 => (0..n).flat_map(|_| rng.normal(1.0).to_le_bytes()).collect(),
+        DType::F16 => (0..n)
+            .flat_map(|_| half::f16::from_f32(rng.normal(1.0)).to_le_bytes())
+            .collect(),
+        DType::BF16 => (0..n)
+            .flat_map(|_| half::bf16::from_f32(rng.normal(1.0)).to_le_bytes())
+            .collect(),
+        _ => {
+            let bb = dtype.block_bytes();
+            let mut out: Vec<u8> = (0..n / dtype.block_len() * bb)
+                .map(|_| rng.next_u64() as u8)
+                .collect();
+            for blk in out.chunks_exact_mut(bb) {
+                for &off in scale_offsets(dtype) {
+                    let mag = 2f32.powf(-8.0 * rng.uniform() - 3.0);
+                    let v = if rng.uniform() < 0.5 { -mag } else { mag };
+                    blk[off..off + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
+                }
+            }
+            out
+        }
+    }
+}
+
+/// The 13 weight types with dequantization and dot kernels.
+pub const WEIGHT_TYPES: [DType; 13] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q2K,
+    DType::Q3K,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+];

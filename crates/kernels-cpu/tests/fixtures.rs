@@ -1,0 +1,272 @@
+//! Bit-exactness against the references under tests/fixtures/quant/:
+//! - dequantization against gguf-py (scripts/reference/make_quant_fixtures.py) and ggml's
+//!   `to_float`;
+//! - activation quantization, `vec_dot`, `matmul` and `matmul_quantized` against ggml's portable
+//!   CPU backend (scripts/reference/make_vecdot_goldens.sh), on every kernel path of this CPU.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use synaptix_core::DType;
+use synaptix_kernels_cpu::kernel_paths::{
+    matmul_on, matmul_quantized_on, quantize_acts_on, supported, vec_dot_on,
+};
+use synaptix_kernels_cpu::{dequantize, QuantizedActs, WeightView};
+
+fn fixture_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/quant")
+}
+
+fn read(name: &str) -> Vec<u8> {
+    let p = fixture_dir().join(name);
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn words(bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn f32s(bytes: &[u8]) -> Vec<f32> {
+    words(bytes).into_iter().map(f32::from_bits).collect()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn index() -> Value {
+    serde_json::from_slice(&read("index.json")).expect("index.json parses")
+}
+
+fn dtype_of(e: &Value) -> DType {
+    let name = e["dtype"].as_str().unwrap();
+    DType::from_name(name).unwrap_or_else(|| panic!("unknown dtype {name}"))
+}
+
+/// First mismatching positions of two bit patterns, for messages.
+fn mismatches(got: &[u32], want: &[u32]) -> Vec<String> {
+    got.iter()
+        .zip(want)
+        .enumerate()
+        .filter(|(_, (g, w))| g != w)
+        .take(5)
+        .map(|(i, (g, w))| {
+            format!(
+                "[{i}] {} ({g:#010x}) vs {} ({w:#010x})",
+                f32::from_bits(*g),
+                f32::from_bits(*w)
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn dequantize_is_bit_exact_with_gguf_py_and_ggml() {
+    let index = index();
+    let entries = index["weights"].as_array().expect("weights list");
+    let mut seen = Vec::new();
+    for e in entries {
+        let dtype = dtype_of(e);
+        let n = e["n"].as_u64().unwrap() as usize;
+        let src = read(e["bin"].as_str().unwrap());
+        let want = words(&read(e["f32"].as_str().unwrap()));
+        let ggml = words(&read(&format!("{}.ggml.f32", e["dtype"].as_str().unwrap())));
+        assert_eq!(want.len(), n, "{dtype}");
+        assert_eq!(ggml, want, "{dtype}: ggml's to_float and gguf-py disagree");
+        let mut got = vec![0f32; n];
+        dequantize(dtype, &src, &mut got).unwrap();
+        let bad = mismatches(&bits(&got), &want);
+        assert!(bad.is_empty(), "{dtype}: {bad:?}");
+        seen.push(dtype);
+    }
+    assert_eq!(seen.len(), 13, "one fixture per weight type: {seen:?}");
+}
+
+/// gguf-py's Q8_0 quantizer is ggml's `quantize_row_q8_0_ref` (round half away from zero).
+#[test]
+fn q8_0_activation_quantization_matches_gguf_py() {
+    let index = index();
+    for e in index["acts"].as_array().unwrap() {
+        assert_eq!(e["dtype"].as_str(), Some("q8_0"));
+        let x = f32s(&read(e["x"].as_str().unwrap()));
+        let want = read(e["bin_ref"].as_str().unwrap());
+        for path in supported() {
+            let got = quantize_acts_on(path, DType::Q8_0, &x).unwrap();
+            assert_eq!(got.to_ggml_bytes(), want, "{path}");
+        }
+    }
+}
+
+/// One dot-product case of the goldens.
+struct Case {
+    dtype: DType,
+    n: usize,
+    k: usize,
+    m: usize,
+    w: Vec<u8>,
+    /// m rows of k activations.
+    x: Vec<f32>,
+    /// ggml's activation rows, concatenated.
+    acts: Vec<u8>,
+    /// m × n results.
+    out: Vec<u32>,
+}
+
+fn cases() -> Vec<Case> {
+    let index = index();
+    let xcols = index["dot_x"]["cols"].as_u64().unwrap() as usize;
+    let xall = f32s(&read(index["dot_x"]["file"].as_str().unwrap()));
+    let cases: Vec<Case> = index["dots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let (n, k, m) = (
+                e["rows"].as_u64().unwrap() as usize,
+                e["cols"].as_u64().unwrap() as usize,
+                e["m"].as_u64().unwrap() as usize,
+            );
+            let x = (0..m)
+                .flat_map(|i| xall[i * xcols..i * xcols + k].iter().copied())
+                .collect();
+            Case {
+                dtype: dtype_of(e),
+                n,
+                k,
+                m,
+                w: read(e["w"].as_str().unwrap()),
+                x,
+                acts: read(e["acts"].as_str().unwrap()),
+                out: words(&read(e["out"].as_str().unwrap())),
+            }
+        })
+        .collect();
+    assert_eq!(cases.len(), 13, "one dot case per weight type");
+    cases
+}
+
+impl Case {
+    fn view(&self) -> WeightView<'_> {
+        WeightView {
+            dtype: self.dtype,
+            data: &self.w,
+            rows: self.n,
+            cols: self.k,
+        }
+    }
+
+    fn row(&self, j: usize) -> &[u8] {
+        let rb = self.w.len() / self.n;
+        &self.w[j * rb..(j + 1) * rb]
+    }
+
+    fn quantize(&self, path: &str) -> Vec<QuantizedActs> {
+        self.x
+            .chunks(self.k)
+            .map(|r| quantize_acts_on(path, self.dtype, r).unwrap())
+            .collect()
+    }
+}
+
+#[test]
+fn activation_quantization_is_bit_exact_with_ggml() {
+    for c in cases() {
+        for path in supported() {
+            let got: Vec<u8> = c
+                .quantize(path)
+                .iter()
+                .flat_map(|a| a.to_ggml_bytes())
+                .collect();
+            assert_eq!(got.len(), c.acts.len(), "{} {path}", c.dtype);
+            let first = got.iter().zip(&c.acts).position(|(g, w)| g != w);
+            assert!(
+                first.is_none(),
+                "{} {path}: activation bytes differ from byte {first:?}",
+                c.dtype
+            );
+        }
+    }
+}
+
+#[test]
+fn vec_dot_is_bit_exact_with_ggml() {
+    for c in cases() {
+        for path in supported() {
+            let acts = c.quantize(path);
+            let got: Vec<f32> = (0..c.m)
+                .flat_map(|i| (0..c.n).map(move |j| (i, j)))
+                .map(|(i, j)| vec_dot_on(path, c.dtype, c.row(j), &acts[i]).unwrap())
+                .collect();
+            let bad = mismatches(&bits(&got), &c.out);
+            assert!(bad.is_empty(), "{} {path}: {bad:?}", c.dtype);
+        }
+    }
+}
+
+#[test]
+fn matmul_is_bit_exact_with_ggml() {
+    for c in cases() {
+        for path in supported() {
+            // All m rows at once, then each row alone (the m = 1 kernels).
+            let mut y = vec![f32::NAN; c.m * c.n];
+            matmul_on(path, c.view(), &c.x, c.m, &mut y).unwrap();
+            let bad = mismatches(&bits(&y), &c.out);
+            assert!(bad.is_empty(), "{} {path} m={}: {bad:?}", c.dtype, c.m);
+
+            let acts = c.quantize(path);
+            let mut yq = vec![f32::NAN; c.m * c.n];
+            matmul_quantized_on(path, c.view(), &acts, &mut yq).unwrap();
+            assert_eq!(bits(&yq), c.out, "{} {path} matmul_quantized", c.dtype);
+
+            for i in 0..c.m {
+                let mut y1 = vec![f32::NAN; c.n];
+                matmul_on(path, c.view(), &c.x[i * c.k..(i + 1) * c.k], 1, &mut y1).unwrap();
+                let bad = mismatches(&bits(&y1), &c.out[i * c.n..(i + 1) * c.n]);
+                assert!(bad.is_empty(), "{} {path} row {i}: {bad:?}", c.dtype);
+            }
+        }
+    }
+}
+
+/// A matrix large enough for the parallel split (the fixture rows repeated): every output is
+/// still its golden value, whatever the thread count.
+#[test]
+fn parallel_matmul_is_bit_exact_with_ggml() {
+    const REPEAT: usize = 23;
+    for threads in [2, 3] {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        for c in cases() {
+            let w: Vec<u8> = (0..REPEAT).flat_map(|_| c.w.iter().copied()).collect();
+            let n = c.n * REPEAT;
+            let view = WeightView {
+                dtype: c.dtype,
+                data: &w,
+                rows: n,
+                cols: c.k,
+            };
+            let want: Vec<u32> = (0..c.m)
+                .flat_map(|i| (0..n).map(move |j| (i, j % c.n)))
+                .map(|(i, j)| c.out[i * c.n + j])
+                .collect();
+            for path in supported() {
+                for m in [1, c.m] {
+                    let mut y = vec![f32::NAN; m * n];
+                    pool.install(|| matmul_on(path, view, &c.x[..m * c.k], m, &mut y))
+                        .unwrap();
+                    let bad = mismatches(&bits(&y), &want[..m * n]);
+                    assert!(
+                        bad.is_empty(),
+                        "{} {path} m={m} threads={threads}: {bad:?}",
+                        c.dtype
+                    );
+                }
+            }
+        }
+    }
+}
