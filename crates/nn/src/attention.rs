@@ -1,4 +1,5 @@
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
 use crate::{ggml_math, NnError, Result};
@@ -15,8 +16,10 @@ pub struct AttentionSpec {
     pub window: Option<usize>,
 }
 
-/// One layer's keys and values in f16 (llama.cpp's default cache type), laid out
-/// `[n_kv_heads, capacity, head_dim]` so each head's history is contiguous.
+/// One layer's keys and values in f16 (llama.cpp's default cache type). Keys are stored
+/// transposed, `[n_kv_heads, head_dim, capacity]`, so that scores for many positions are computed
+/// side by side (each still summed over `head_dim` in order); values are
+/// `[n_kv_heads, capacity, head_dim]`.
 #[derive(Debug, Clone)]
 pub struct LayerKv {
     k: Vec<f16>,
@@ -53,20 +56,21 @@ impl LayerKv {
                 });
             }
             for h in 0..self.n_kv_heads {
-                let dst = (h * self.capacity + pos) * self.head_dim;
+                let v_dst = (h * self.capacity + pos) * self.head_dim;
                 let src = h * self.head_dim;
                 for d in 0..self.head_dim {
-                    self.k[dst + d] = f16::from_f32(krow[src + d]);
-                    self.v[dst + d] = f16::from_f32(vrow[src + d]);
+                    self.k[(src + d) * self.capacity + pos] = f16::from_f32(krow[src + d]);
+                    self.v[v_dst + d] = f16::from_f32(vrow[src + d]);
                 }
             }
         }
         Ok(())
     }
 
-    fn head_keys(&self, h: usize) -> &[f16] {
-        let len = self.capacity * self.head_dim;
-        &self.k[h * len..(h + 1) * len]
+    /// Keys of head `h`, dimension `d`, for every position.
+    fn key_dim(&self, h: usize, d: usize) -> &[f16] {
+        let start = (h * self.head_dim + d) * self.capacity;
+        &self.k[start..start + self.capacity]
     }
 
     fn head_values(&self, h: usize) -> &[f16] {
@@ -133,34 +137,40 @@ pub fn attend(spec: &AttentionSpec, q: &[f32], kv: &LayerKv, positions: &[usize]
                 None => 0,
             };
             let kvh = h / group;
-            let keys = kv.head_keys(kvh);
             let values = kv.head_values(kvh);
             let qh: Vec<f32> = q[row * width + h * hd..row * width + (h + 1) * hd]
                 .iter()
                 .map(|&v| f16::from_f32(v).to_f32())
                 .collect();
-            // Scores at their absolute positions, padded to whole groups of four with masked
-            // entries, as ggml lays out its (256-padded) KV rows: the softmax groups by index.
+            // Scores for positions first..=pos side by side, each an f64 sum over dimensions in
+            // order (the order of ggml's f16 dot product), so the loop vectorises across positions.
+            let n = pos + 1 - first;
+            let mut dots = vec![0f64; n];
+            let mut kbuf = vec![0f32; n];
+            for (d, &qd) in qh.iter().enumerate() {
+                kv.key_dim(kvh, d)[first..=pos].convert_to_f32_slice(&mut kbuf);
+                for (acc, &k) in dots.iter_mut().zip(&kbuf) {
+                    *acc += (k * qd) as f64;
+                }
+            }
+            // At their absolute positions, padded to whole groups of four with masked entries,
+            // as ggml lays out its (256-padded) KV rows: the softmax groups by index.
             let mut probs = vec![f32::NEG_INFINITY; (pos + 1).next_multiple_of(4)];
-            for (p, score) in probs.iter_mut().enumerate().take(pos + 1).skip(first) {
-                let k = &keys[p * hd..(p + 1) * hd];
-                let dot: f64 = k
-                    .iter()
-                    .zip(&qh)
-                    .map(|(a, b)| (a.to_f32() * b) as f64)
-                    .sum();
-                *score = dot as f32 * spec.scale;
+            for (score, dot) in probs[first..=pos].iter_mut().zip(&dots) {
+                *score = *dot as f32 * spec.scale;
             }
             ggml_math::softmax_inplace(&mut probs);
-            for p in probs.iter_mut() {
-                *p = f16::from_f32(*p).to_f32();
-            }
             let mut acc = vec![0f64; hd];
+            let mut vbuf = vec![0f32; hd];
             for p in first..=pos {
-                let w = probs[p];
-                let v = &values[p * hd..(p + 1) * hd];
-                for (a, vv) in acc.iter_mut().zip(v) {
-                    *a += (vv.to_f32() * w) as f64;
+                let w = f16::from_f32(probs[p]).to_f32();
+                if w == 0.0 {
+                    // Adds exactly nothing in the reference either.
+                    continue;
+                }
+                values[p * hd..(p + 1) * hd].convert_to_f32_slice(&mut vbuf);
+                for (a, &v) in acc.iter_mut().zip(&vbuf) {
+                    *a += (v * w) as f64;
                 }
             }
             for (o, a) in out_head.iter_mut().zip(&acc) {
