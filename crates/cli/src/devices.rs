@@ -22,6 +22,7 @@ pub fn run(a: DevicesArgs) -> Result<()> {
                     "threads": cores,
                     "features": features,
                     "kernel_path": synaptix_kernels_cpu::kernel_path(),
+                    "amx": amx_state(&f),
                 }]
             })
         );
@@ -29,6 +30,7 @@ pub fn run(a: DevicesArgs) -> Result<()> {
         println!("cpu: {} ({cores} threads)", cpu_name());
         println!("  features:    {}", features.join(" "));
         println!("  kernel path: {}", synaptix_kernels_cpu::kernel_path());
+        println!("  amx:         {}", amx_state(&f));
         println!("no GPU backend in this build (CUDA support is on the roadmap)");
     }
     Ok(())
@@ -62,4 +64,12 @@ fn feature_names(f: &synaptix_kernels_cpu::CpuFeatures) -> Vec<&'static str> {
     .into_iter()
     .filter_map(|(on, name)| on.then_some(name))
     .collect()
+}
+
+fn amx_state(f: &synaptix_kernels_cpu::CpuFeatures) -> &'static str {
+    match (f.amx_advertised, f.amx_usable) {
+        (false, _) => "not present",
+        (true, false) => "advertised but not granted by the OS (not used)",
+        (true, true) => "usable (not used by the kernels yet)",
+    }
 }

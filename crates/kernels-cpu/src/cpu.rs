@@ -4,8 +4,9 @@ use std::sync::OnceLock;
 
 /// Instruction-set extensions of the running CPU that matter to the kernels.
 ///
-/// Detection is at run time; the crate is never compiled for a specific CPU. AMX is deliberately
-/// not reported: some hosts advertise it but fault on use.
+/// Detection is at run time; the crate is never compiled for a specific CPU. AMX is reported
+/// twice: advertised by CPUID, and usable (the OS granted the tile state). Some hosts advertise
+/// AMX without granting it, and AMX instructions then fault; the kernels never use AMX.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CpuFeatures {
     pub avx2: bool,
@@ -17,6 +18,10 @@ pub struct CpuFeatures {
     pub avx512vnni: bool,
     pub avx512bf16: bool,
     pub neon: bool,
+    /// CPUID says AMX-TILE is present.
+    pub amx_advertised: bool,
+    /// Linux granted this process the AMX tile state (`arch_prctl(ARCH_REQ_XCOMP_PERM)`).
+    pub amx_usable: bool,
 }
 
 /// Features of the running CPU (detected once, then cached).
@@ -37,7 +42,37 @@ fn detect() -> CpuFeatures {
         avx512vnni: is_x86_feature_detected!("avx512vnni"),
         avx512bf16: is_x86_feature_detected!("avx512bf16"),
         neon: false,
+        amx_advertised: amx_advertised(),
+        amx_usable: amx_advertised() && amx_permission_granted(),
     }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn amx_advertised() -> bool {
+    const AMX_TILE_BIT: u32 = 24;
+    // Leaf 7 exists only when the maximum basic leaf (leaf 0's eax) reaches it.
+    let max_leaf = std::arch::x86_64::__cpuid(0).eax;
+    max_leaf >= 7 && (std::arch::x86_64::__cpuid_count(7, 0).edx >> AMX_TILE_BIT) & 1 == 1
+}
+
+/// Asks Linux for the AMX tile-data state; without it the first tile instruction faults.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn amx_permission_granted() -> bool {
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
+    // SAFETY: arch_prctl with these arguments only changes this process's permission mask.
+    unsafe {
+        libc::syscall(
+            libc::SYS_arch_prctl,
+            ARCH_REQ_XCOMP_PERM,
+            XFEATURE_XTILEDATA,
+        ) == 0
+    }
+}
+
+#[cfg(all(target_arch = "x86_64", not(target_os = "linux")))]
+fn amx_permission_granted() -> bool {
+    false
 }
 
 #[cfg(target_arch = "aarch64")]
