@@ -100,7 +100,7 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
         let mut samples = Vec::new();
         for rep in 0..=a.repetitions {
             let tokens = random_tokens(a.n_prompt);
-            let mut cache = engine.new_cache(n_ctx);
+            let mut cache = engine.new_cache(n_ctx)?;
             let start = Instant::now();
             engine
                 .model
@@ -121,7 +121,7 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
         let mut samples = Vec::new();
         for rep in 0..=a.repetitions {
             let tokens = random_tokens(a.n_gen);
-            let mut cache = engine.new_cache(n_ctx);
+            let mut cache = engine.new_cache(n_ctx)?;
             let n = if rep == 0 { 1 } else { a.n_gen };
             let start = Instant::now();
             for &t in &tokens[..n] {

@@ -138,8 +138,8 @@ impl Engine {
         }
     }
 
-    pub fn new_cache(&self, n_ctx: usize) -> KvCache {
-        self.model.new_cache(n_ctx)
+    pub fn new_cache(&self, n_ctx: usize) -> Result<KvCache> {
+        Ok(self.model.new_cache(n_ctx)?)
     }
 
     /// Evaluates `prompt` and samples up to `opts.max_tokens` tokens. `on_piece` receives each
@@ -165,7 +165,7 @@ impl Engine {
         for &t in prompt {
             sampler.accept(t);
         }
-        let mut cache = self.new_cache(opts.n_ctx);
+        let mut cache = self.new_cache(opts.n_ctx)?;
         let mut timings = Timings {
             prompt_tokens: prompt.len(),
             ..Default::default()

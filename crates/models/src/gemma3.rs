@@ -186,8 +186,8 @@ impl CausalLm for Gemma3 {
         &self.info
     }
 
-    fn new_cache(&self, n_ctx: usize) -> KvCache {
-        KvCache::new(&self.info.hparams.kv_layout(), n_ctx)
+    fn new_cache(&self, n_ctx: usize) -> Result<KvCache> {
+        Ok(KvCache::new(&self.info.hparams.kv_layout(), n_ctx)?)
     }
 
     fn forward(

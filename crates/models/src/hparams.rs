@@ -121,6 +121,9 @@ impl HParams {
             .tensor_info("token_embd.weight")
             .ok_or_else(|| bad("missing tensor token_embd.weight".into()))?;
         let n_vocab = embd.shape.dims().first().copied().unwrap_or(0);
+        if n_vocab == 0 {
+            return Err(bad("token_embd.weight has an empty vocabulary".into()));
+        }
         Ok(HParams {
             n_vocab,
             n_ctx_train: file

@@ -69,7 +69,7 @@ pub trait CausalLm: Send + Sync {
     fn info(&self) -> &ModelInfo;
 
     /// An empty KV cache for `n_ctx` positions.
-    fn new_cache(&self, n_ctx: usize) -> KvCache;
+    fn new_cache(&self, n_ctx: usize) -> Result<KvCache>;
 
     /// Runs `tokens` at positions `cache.len..`, appends them to the cache and returns logits.
     /// `tap` receives named intermediates (`blk.0.attn_norm`, ..., `result_output`).

@@ -83,7 +83,7 @@ fn check_model(name: &str) {
     let mut failures = Vec::new();
     let mut worst = 0f64;
     for ((prompt, prompt_ids, want), (idx, ref_vals)) in golden.prompts.iter().zip(&golden.logits) {
-        let mut cache = model.new_cache(512);
+        let mut cache = model.new_cache(512).unwrap();
         let mut logits = model
             .forward(prompt_ids, &mut cache, Logits::Last, &mut NoTap)
             .expect("forward");

@@ -34,7 +34,7 @@ fn check(arch: &str) {
             .iter()
             .map(|x| x.as_f64().unwrap() as f32)
             .collect();
-        let mut cache = model.new_cache(256);
+        let mut cache = model.new_cache(256).unwrap();
         let mut logits = model
             .forward(&prompt, &mut cache, Logits::Last, &mut NoTap)
             .unwrap();

@@ -30,15 +30,27 @@ pub struct LayerKv {
 }
 
 impl LayerKv {
-    pub fn new(n_kv_heads: usize, head_dim: usize, capacity: usize) -> LayerKv {
-        let n = n_kv_heads * capacity * head_dim;
-        LayerKv {
-            k: vec![f16::ZERO; n],
-            v: vec![f16::ZERO; n],
+    /// A zeroed cache; an allocation the machine cannot satisfy is an error, not an abort.
+    pub fn new(n_kv_heads: usize, head_dim: usize, capacity: usize) -> Result<LayerKv> {
+        let n = n_kv_heads
+            .checked_mul(capacity)
+            .and_then(|v| v.checked_mul(head_dim))
+            .ok_or(NnError::OutOfMemory { bytes: usize::MAX })?;
+        let zeroed = || -> Result<Vec<f16>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(n).map_err(|_| NnError::OutOfMemory {
+                bytes: n.saturating_mul(4),
+            })?;
+            v.resize(n, f16::ZERO);
+            Ok(v)
+        };
+        Ok(LayerKv {
+            k: zeroed()?,
+            v: zeroed()?,
             n_kv_heads,
             head_dim,
             capacity,
-        }
+        })
     }
 
     /// Stores `k, v: [rows, n_kv_heads * head_dim]` at `positions`.
@@ -94,15 +106,15 @@ pub struct KvCache {
 
 impl KvCache {
     /// `per_layer[i] = (n_kv_heads, head_dim)` of layer `i`.
-    pub fn new(per_layer: &[(usize, usize)], capacity: usize) -> KvCache {
-        KvCache {
+    pub fn new(per_layer: &[(usize, usize)], capacity: usize) -> Result<KvCache> {
+        Ok(KvCache {
             layers: per_layer
                 .iter()
                 .map(|&(h, d)| LayerKv::new(h, d, capacity))
-                .collect(),
+                .collect::<Result<_>>()?,
             capacity,
             len: 0,
-        }
+        })
     }
 
     pub fn bytes(&self) -> usize {
@@ -248,7 +260,7 @@ mod tests {
             let v = pseudo_random(n * 16, 2);
             let q = pseudo_random(n * 32, 3);
             let positions: Vec<usize> = (0..n).collect();
-            let mut kv = LayerKv::new(2, 8, 16);
+            let mut kv = LayerKv::new(2, 8, 16).unwrap();
             kv.write(&k, &v, &positions).unwrap();
             let got = attend(&spec, &q, &kv, &positions);
             let want = naive(&spec, &q, &k, &v, &positions);
@@ -263,7 +275,7 @@ mod tests {
 
     #[test]
     fn writing_past_capacity_is_an_error() {
-        let mut kv = LayerKv::new(1, 2, 4);
+        let mut kv = LayerKv::new(1, 2, 4).unwrap();
         let r = kv.write(&[0.0; 2], &[0.0; 2], &[4]);
         assert!(matches!(
             r,

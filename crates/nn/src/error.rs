@@ -17,6 +17,8 @@ pub enum NnError {
     },
     #[error("tensor '{name}' is stored as {dtype}, which synaptix cannot execute yet")]
     UnsupportedWeight { name: String, dtype: DType },
+    #[error("cannot allocate the KV cache ({bytes} bytes): lower --ctx-size")]
+    OutOfMemory { bytes: usize },
     #[error("context full: position {pos} is beyond the KV cache capacity of {capacity} tokens")]
     ContextFull { pos: usize, capacity: usize },
 }
