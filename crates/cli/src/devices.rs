@@ -2,13 +2,20 @@ use anyhow::Result;
 use clap::Args;
 
 #[derive(Args)]
+#[command(
+    after_help = "Examples:\n  synaptix devices\n  synaptix devices --compile-kernels   # time the NVRTC compile (cold) or cache load (warm)"
+)]
 pub struct DevicesArgs {
     /// Print JSON
     #[arg(long)]
     pub json: bool,
+    /// Compile (or load from the cache) every GPU kernel and report how long it took
+    #[arg(long)]
+    pub compile_kernels: bool,
 }
 
 pub fn run(a: DevicesArgs) -> Result<()> {
+    let gpus = gpu_report(a.compile_kernels)?;
     let f = synaptix_kernels_cpu::cpu_features();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let features = feature_names(&f);
@@ -23,7 +30,8 @@ pub fn run(a: DevicesArgs) -> Result<()> {
                     "features": features,
                     "kernel_path": synaptix_kernels_cpu::kernel_path(),
                     "amx": amx_state(&f),
-                }]
+                }],
+                "cuda": gpus,
             })
         );
     } else {
@@ -31,7 +39,37 @@ pub fn run(a: DevicesArgs) -> Result<()> {
         println!("  features:    {}", features.join(" "));
         println!("  kernel path: {}", synaptix_kernels_cpu::kernel_path());
         println!("  amx:         {}", amx_state(&f));
-        println!("no GPU backend in this build (CUDA support is on the roadmap)");
+        match &gpus["status"] {
+            serde_json::Value::String(s) if s == "unavailable" => {
+                println!(
+                    "cuda: not available ({})",
+                    gpus["reason"].as_str().unwrap_or("")
+                );
+            }
+            _ => {
+                println!(
+                    "cuda: driver {}, nvrtc {}, kernel cache {}",
+                    gpus["driver"].as_str().unwrap_or("?"),
+                    gpus["nvrtc"].as_str().unwrap_or("?"),
+                    gpus["kernel_cache"].as_str().unwrap_or("?")
+                );
+                for g in gpus["gpus"].as_array().into_iter().flatten() {
+                    println!(
+                        "gpu {}: {} (compute {}, {:.1} GiB, {:.1} GiB free), kernels built for {}{}",
+                        g["ordinal"],
+                        g["name"].as_str().unwrap_or("?"),
+                        g["compute_capability"].as_str().unwrap_or("?"),
+                        g["memory_bytes"].as_f64().unwrap_or(0.0) / 1073741824.0,
+                        g["free_bytes"].as_f64().unwrap_or(0.0) / 1073741824.0,
+                        g["arch"].as_str().unwrap_or("?"),
+                        g["kernels_ready_s"]
+                            .as_f64()
+                            .map(|s| format!("; all kernels ready in {s:.3} s ({})", g["kernels_from"].as_str().unwrap_or("?")))
+                            .unwrap_or_default()
+                    );
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -72,4 +110,53 @@ fn amx_state(f: &synaptix_kernels_cpu::CpuFeatures) -> &'static str {
         (true, false) => "advertised but not granted by the OS (not used)",
         (true, true) => "usable (not used by the kernels yet)",
     }
+}
+
+/// The CUDA side of `devices`, probed without touching cudarc when the libraries are absent.
+fn gpu_report(compile: bool) -> Result<serde_json::Value> {
+    use synaptix_kernels_cuda::{compile, cuda_status, sources, CudaStatus};
+    Ok(match cuda_status() {
+        CudaStatus::Unavailable(why) => serde_json::json!({"status": "unavailable", "reason": why}),
+        CudaStatus::Available {
+            driver_version,
+            nvrtc_version,
+            gpus,
+        } => {
+            let mut list = Vec::new();
+            for g in gpus {
+                let mut entry = serde_json::json!({
+                    "ordinal": g.ordinal,
+                    "name": g.name,
+                    "compute_capability": format!("{}.{}", g.compute_capability.0, g.compute_capability.1),
+                    "memory_bytes": g.total_memory,
+                    "free_bytes": g.free_memory,
+                    "arch": g.arch(),
+                    "kernel_paths": "matvec: dequantize in registers, one warp per row; attention: one block per head",
+                });
+                if compile {
+                    let start = std::time::Instant::now();
+                    let mut cached = 0;
+                    for file in sources::FILES {
+                        if compile::compile(file, &g.arch(), true)?.from_cache {
+                            cached += 1;
+                        }
+                    }
+                    entry["kernels_ready_s"] = serde_json::json!(start.elapsed().as_secs_f64());
+                    entry["kernels_from"] = serde_json::json!(if cached == sources::FILES.len() {
+                        "disk cache"
+                    } else {
+                        "NVRTC"
+                    });
+                }
+                list.push(entry);
+            }
+            serde_json::json!({
+                "status": "available",
+                "driver": format!("{}.{}", driver_version.0, driver_version.1),
+                "nvrtc": format!("{}.{}", nvrtc_version.0, nvrtc_version.1),
+                "kernel_cache": compile::cache_dir().display().to_string(),
+                "gpus": list,
+            })
+        }
+    })
 }

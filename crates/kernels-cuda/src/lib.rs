@@ -1,0 +1,19 @@
+//! synaptix-kernels-cuda: the CUDA backend's foundation.
+//!
+//! - [`probe`]: whether libcuda and libnvrtc can be loaded, checked before cudarc is touched
+//!   (cudarc panics when a library is missing), and what each GPU is.
+//! - [`compile`]: the `.cu` sources of `kernels/`, embedded in the binary, compiled by NVRTC for
+//!   the card's own architecture (CUBIN) and cached on disk, keyed by a hash of the source,
+//!   options, architecture and NVRTC version.
+//! - [`CudaDevice`]: a context, a stream and the loaded kernel modules, with typed launches.
+
+pub mod compile;
+mod device;
+mod error;
+pub mod ops;
+pub mod probe;
+pub mod sources;
+
+pub use device::{CudaDevice, DeviceBuffer};
+pub use error::{CudaError, Result};
+pub use probe::{cuda_status, CudaStatus, GpuInfo};

@@ -1,0 +1,504 @@
+//! Typed launches of the kernels in `kernels/`, with shape checks before anything reaches the
+//! GPU. Activations are `f32` buffers in row-major order; weights stay in their stored format.
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+use synaptix_core::DType;
+
+use crate::{CudaDevice, CudaError, DeviceBuffer, Result};
+
+const THREADS: u32 = 256;
+
+fn grid_for(n: usize) -> u32 {
+    n.div_ceil(THREADS as usize) as u32
+}
+
+fn i32_arg(op: &'static str, what: &str, v: usize) -> Result<i32> {
+    i32::try_from(v).map_err(|_| CudaError::Invalid {
+        op,
+        detail: format!("{what} = {v} exceeds the kernel's 32-bit index range"),
+    })
+}
+
+fn check(op: &'static str, ok: bool, detail: impl FnOnce() -> String) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(CudaError::Invalid {
+            op,
+            detail: detail(),
+        })
+    }
+}
+
+/// The kernel-name suffix of a weight format, if the GPU executes it.
+pub fn format_suffix(dtype: DType) -> Option<&'static str> {
+    use DType::*;
+    Some(match dtype {
+        F32 => "f32",
+        F16 => "f16",
+        BF16 => "bf16",
+        Q4_0 => "q4_0",
+        Q4_1 => "q4_1",
+        Q5_0 => "q5_0",
+        Q5_1 => "q5_1",
+        Q8_0 => "q8_0",
+        Q2K => "q2_k",
+        Q3K => "q3_k",
+        Q4K => "q4_k",
+        Q5K => "q5_k",
+        Q6K => "q6_k",
+        _ => return None,
+    })
+}
+
+fn suffix(op: &'static str, dtype: DType) -> Result<&'static str> {
+    format_suffix(dtype).ok_or_else(|| CudaError::Invalid {
+        op,
+        detail: format!("{dtype} weights are not supported on the GPU"),
+    })
+}
+
+/// `out = a + b` (n elements).
+pub fn add(
+    dev: &CudaDevice,
+    out: &mut DeviceBuffer<f32>,
+    a: &DeviceBuffer<f32>,
+    b: &DeviceBuffer<f32>,
+) -> Result<()> {
+    let n = out.len();
+    check("add", a.len() == n && b.len() == n, || {
+        format!("lengths {} {} {n}", a.len(), b.len())
+    })?;
+    let f = dev.function("elementwise", "add_f32")?;
+    let n32 = i32_arg("add", "n", n)?;
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(out).arg(a).arg(b).arg(&n32);
+    // SAFETY: the kernel reads and writes `n` elements of buffers that hold `n`.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (grid_for(n), 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(())
+}
+
+/// `x *= s`.
+pub fn scale(dev: &CudaDevice, x: &mut DeviceBuffer<f32>, s: f32) -> Result<()> {
+    let n = x.len();
+    let f = dev.function("elementwise", "scale_f32")?;
+    let n32 = i32_arg("scale", "n", n)?;
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(x).arg(&s).arg(&n32);
+    // SAFETY: `n` elements of a buffer of `n`.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (grid_for(n), 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(())
+}
+
+/// Gated activations: `out = act(gate) * up`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Glu {
+    Silu,
+    GeluTanh,
+}
+
+pub fn glu(
+    dev: &CudaDevice,
+    kind: Glu,
+    out: &mut DeviceBuffer<f32>,
+    gate: &DeviceBuffer<f32>,
+    up: &DeviceBuffer<f32>,
+) -> Result<()> {
+    let n = out.len();
+    check("glu", gate.len() == n && up.len() == n, || {
+        format!("lengths {} {} {n}", gate.len(), up.len())
+    })?;
+    let name = match kind {
+        Glu::Silu => "swiglu_f32",
+        Glu::GeluTanh => "geglu_f32",
+    };
+    let f = dev.function("elementwise", name)?;
+    let n32 = i32_arg("glu", "n", n)?;
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(out).arg(gate).arg(up).arg(&n32);
+    // SAFETY: `n` elements each.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (grid_for(n), 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(())
+}
+
+/// RMSNorm of every `w.len()`-long row of `x` into `out`.
+pub fn rms_norm(
+    dev: &CudaDevice,
+    out: &mut DeviceBuffer<f32>,
+    x: &DeviceBuffer<f32>,
+    w: &DeviceBuffer<f32>,
+    eps: f32,
+) -> Result<()> {
+    let cols = w.len();
+    check(
+        "rms_norm",
+        cols > 0 && x.len().is_multiple_of(cols) && out.len() == x.len(),
+        || format!("x {} out {} cols {cols}", x.len(), out.len()),
+    )?;
+    let rows = x.len() / cols;
+    let f = dev.function("norm", "rms_norm_f32")?;
+    let c32 = i32_arg("rms_norm", "cols", cols)?;
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(out).arg(x).arg(w).arg(&c32).arg(&eps);
+    // SAFETY: one block per row of `cols`, inside both buffers.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (rows as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(())
+}
+
+/// RoPE parameters (see `kernels/rope.cu`).
+#[derive(Debug, Clone, Copy)]
+pub struct RopeParams {
+    pub n_heads: usize,
+    pub head_dim: usize,
+    pub n_rot: usize,
+    pub base: f32,
+    pub freq_scale: f32,
+    pub neox: bool,
+}
+
+/// Rotates `x: [rows, n_heads * head_dim]` in place; `positions: [rows]`.
+pub fn rope(
+    dev: &CudaDevice,
+    x: &mut DeviceBuffer<f32>,
+    positions: &DeviceBuffer<i32>,
+    p: RopeParams,
+    factors: Option<&DeviceBuffer<f32>>,
+) -> Result<()> {
+    let rows = positions.len();
+    check(
+        "rope",
+        x.len() == rows * p.n_heads * p.head_dim
+            && p.n_rot <= p.head_dim
+            && p.n_rot.is_multiple_of(2),
+        || {
+            format!(
+                "x {} rows {rows} heads {} head_dim {} n_rot {}",
+                x.len(),
+                p.n_heads,
+                p.head_dim,
+                p.n_rot
+            )
+        },
+    )?;
+    if let Some(ff) = factors {
+        check("rope", ff.len() == p.n_rot / 2, || {
+            format!("{} frequency factors for n_rot {}", ff.len(), p.n_rot)
+        })?;
+    }
+    let f = dev.function("rope", "rope_f32")?;
+    let (nh, hd, nr) = (p.n_heads as i32, p.head_dim as i32, p.n_rot as i32);
+    let neox = p.neox as i32;
+    let null: u64 = 0;
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(x)
+        .arg(positions)
+        .arg(&nh)
+        .arg(&hd)
+        .arg(&nr)
+        .arg(&p.base)
+        .arg(&p.freq_scale);
+    match factors {
+        Some(ff) => l.arg(ff),
+        None => l.arg(&null),
+    };
+    l.arg(&neox);
+    let pairs = p.n_heads * p.n_rot / 2;
+    // SAFETY: one thread per (head, pair) of each row, all inside `x`.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (grid_for(pairs), rows as u32, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(())
+}
+
+/// A weight matrix `[rows, cols]` on the GPU, in its stored format.
+pub struct DeviceMatrix {
+    pub dtype: DType,
+    pub rows: usize,
+    pub cols: usize,
+    pub data: DeviceBuffer<u8>,
+}
+
+impl DeviceMatrix {
+    pub fn upload(
+        dev: &CudaDevice,
+        dtype: DType,
+        rows: usize,
+        cols: usize,
+        bytes: &[u8],
+    ) -> Result<DeviceMatrix> {
+        suffix("upload", dtype)?;
+        let expected = (rows * cols / dtype.block_len()) * dtype.block_bytes();
+        check(
+            "upload",
+            cols.is_multiple_of(dtype.block_len()) && bytes.len() == expected,
+            || {
+                format!(
+                    "{dtype} [{rows}, {cols}] needs {expected} bytes, got {}",
+                    bytes.len()
+                )
+            },
+        )?;
+        Ok(DeviceMatrix {
+            dtype,
+            rows,
+            cols,
+            data: dev.upload(bytes)?,
+        })
+    }
+}
+
+/// Rows `ids` of an embedding table, dequantized and scaled: `out: [ids, cols]`.
+pub fn get_rows(
+    dev: &CudaDevice,
+    out: &mut DeviceBuffer<f32>,
+    table: &DeviceMatrix,
+    ids: &DeviceBuffer<i32>,
+    scale: f32,
+) -> Result<()> {
+    check("get_rows", out.len() == ids.len() * table.cols, || {
+        format!("out {} for {} ids of {}", out.len(), ids.len(), table.cols)
+    })?;
+    let f = dev.function(
+        "embed",
+        &format!("get_rows_{}", suffix("get_rows", table.dtype)?),
+    )?;
+    let c32 = i32_arg("get_rows", "cols", table.cols)?;
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(out).arg(&table.data).arg(ids).arg(&c32).arg(&scale);
+    // SAFETY: one block per id; ids are checked against the vocabulary by the caller.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (ids.len() as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(())
+}
+
+/// `y: [m, rows] = x: [m, cols] · Wᵀ`.
+pub fn matvec(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    x: &DeviceBuffer<f32>,
+) -> Result<()> {
+    check(
+        "matvec",
+        w.cols > 0 && x.len().is_multiple_of(w.cols) && y.len() == x.len() / w.cols * w.rows,
+        || format!("x {} y {} for [{}, {}]", x.len(), y.len(), w.rows, w.cols),
+    )?;
+    let m = x.len() / w.cols;
+    let f = dev.function("matvec", &format!("matvec_{}", suffix("matvec", w.dtype)?))?;
+    let (r32, c32) = (
+        i32_arg("matvec", "rows", w.rows)?,
+        i32_arg("matvec", "cols", w.cols)?,
+    );
+    const WARPS: u32 = 8;
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(y).arg(&w.data).arg(x).arg(&r32).arg(&c32);
+    // SAFETY: one warp per output row of each of the m activation rows.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: ((w.rows as u32).div_ceil(WARPS), m as u32, 1),
+            block_dim: (WARPS * 32, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(())
+}
+
+/// A layer's KV cache in f16, `[n_kv_heads, capacity, head_dim]` each.
+pub struct DeviceKv {
+    pub k: DeviceBuffer<u16>,
+    pub v: DeviceBuffer<u16>,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub capacity: usize,
+}
+
+impl DeviceKv {
+    pub fn new(
+        dev: &CudaDevice,
+        n_kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+    ) -> Result<DeviceKv> {
+        let n = n_kv_heads * head_dim * capacity;
+        Ok(DeviceKv {
+            k: dev.zeros(n)?,
+            v: dev.zeros(n)?,
+            n_kv_heads,
+            head_dim,
+            capacity,
+        })
+    }
+}
+
+/// Stores `k, v: [rows, n_kv_heads * head_dim]` at `positions` (each below the capacity).
+pub fn kv_store(
+    dev: &CudaDevice,
+    kv: &mut DeviceKv,
+    k: &DeviceBuffer<f32>,
+    v: &DeviceBuffer<f32>,
+    positions: &DeviceBuffer<i32>,
+) -> Result<()> {
+    let width = kv.n_kv_heads * kv.head_dim;
+    let rows = positions.len();
+    check(
+        "kv_store",
+        k.len() == rows * width && v.len() == rows * width,
+        || format!("k {} v {} rows {rows} width {width}", k.len(), v.len()),
+    )?;
+    let f = dev.function("attention", "kv_store_f32")?;
+    let (h, d, c) = (
+        kv.n_kv_heads as i32,
+        kv.head_dim as i32,
+        i32_arg("kv_store", "capacity", kv.capacity)?,
+    );
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(&mut kv.k)
+        .arg(&mut kv.v)
+        .arg(k)
+        .arg(v)
+        .arg(positions)
+        .arg(&h)
+        .arg(&d)
+        .arg(&c);
+    // SAFETY: positions are below the capacity (the caller's KV bookkeeping guarantees it).
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (grid_for(width), rows as u32, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(())
+}
+
+/// How [`attention`] attends.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionParams {
+    pub n_heads: usize,
+    /// Multiplies `q·k` before the softmax.
+    pub scale: f32,
+    /// Sliding window length (`None`: causal over the whole cache).
+    pub window: Option<usize>,
+    /// The largest position in `positions` (sizes the score buffer).
+    pub max_pos: usize,
+}
+
+/// Attention of `q: [rows, n_heads * head_dim]` at `positions` over `kv` (already holding them).
+pub fn attention(
+    dev: &CudaDevice,
+    out: &mut DeviceBuffer<f32>,
+    q: &DeviceBuffer<f32>,
+    kv: &DeviceKv,
+    positions: &DeviceBuffer<i32>,
+    p: AttentionParams,
+) -> Result<()> {
+    let AttentionParams {
+        n_heads,
+        scale,
+        window,
+        max_pos,
+    } = p;
+    let rows = positions.len();
+    let width = n_heads * kv.head_dim;
+    check(
+        "attention",
+        q.len() == rows * width
+            && out.len() == q.len()
+            && n_heads.is_multiple_of(kv.n_kv_heads)
+            && max_pos < kv.capacity,
+        || {
+            format!(
+                "q {} out {} rows {rows} heads {n_heads}/{} max_pos {max_pos}",
+                q.len(),
+                out.len(),
+                kv.n_kv_heads
+            )
+        },
+    )?;
+    let smem = ((max_pos + 1) * 4) as u32;
+    check("attention", smem <= 48 * 1024, || {
+        format!(
+            "{} positions exceed this kernel's shared-memory score buffer",
+            max_pos + 1
+        )
+    })?;
+    let f = dev.function("attention", "attention_f32")?;
+    let (nh, nkv, hd, cap) = (
+        n_heads as i32,
+        kv.n_kv_heads as i32,
+        kv.head_dim as i32,
+        kv.capacity as i32,
+    );
+    let win = window.map_or(0, |w| w as i32);
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(out)
+        .arg(q)
+        .arg(&kv.k)
+        .arg(&kv.v)
+        .arg(positions)
+        .arg(&nh)
+        .arg(&nkv)
+        .arg(&hd)
+        .arg(&cap)
+        .arg(&scale)
+        .arg(&win);
+    // SAFETY: one block per (head, row); scores fit the dynamic shared memory sized above.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (n_heads as u32, rows as u32, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: smem,
+        })
+    }?;
+    Ok(())
+}
+
+/// Index of the largest value (lowest on ties), computed on the GPU.
+pub fn argmax(dev: &CudaDevice, x: &DeviceBuffer<f32>, out: &mut DeviceBuffer<i32>) -> Result<()> {
+    let f = dev.function("sample", "argmax_f32")?;
+    let n32 = i32_arg("argmax", "n", x.len())?;
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(out).arg(x).arg(&n32);
+    // SAFETY: one block of 1024 threads scans `n` elements; `out` holds one.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (1024, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(())
+}

@@ -1,0 +1,388 @@
+//! Every CUDA kernel against a CPU reference on fresh random inputs (the seed is printed),
+//! by normalised squared error, with outputs poisoned (NaN) before each launch so that an
+//! unwritten element fails. Skips with a visible message where no GPU is present.
+
+use synaptix_core::DType;
+use synaptix_kernels_cpu::dequantize;
+use synaptix_kernels_cuda::ops::{self, AttentionParams, DeviceKv, DeviceMatrix, Glu, RopeParams};
+use synaptix_kernels_cuda::{cuda_status, CudaDevice, CudaStatus, DeviceBuffer};
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn uniform(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.uniform() * scale).collect()
+    }
+}
+
+fn device() -> Option<(CudaDevice, Rng)> {
+    match cuda_status() {
+        CudaStatus::Unavailable(why) => {
+            eprintln!("SKIPPED: no usable GPU ({why})");
+            None
+        }
+        CudaStatus::Available { .. } => {
+            let seed = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64);
+            eprintln!("seed {seed}");
+            Some((CudaDevice::new(0).expect("device 0"), Rng(seed)))
+        }
+    }
+}
+
+fn nmse(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    assert!(
+        got.iter().all(|v| v.is_finite()),
+        "unwritten (NaN) or non-finite output"
+    );
+    let num: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (*a as f64 - *b as f64).powi(2))
+        .sum();
+    let den: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
+    let e = num / den.max(1e-30);
+    if e > 1e-6 {
+        let worst: Vec<(usize, f32, f32)> = got
+            .iter()
+            .zip(want)
+            .enumerate()
+            .filter(|(_, (a, b))| (*a - *b).abs() > 1e-3 * b.abs().max(1e-3))
+            .take(6)
+            .map(|(i, (a, b))| (i, *a, *b))
+            .collect();
+        eprintln!("first mismatches (index, gpu, cpu): {worst:?}");
+    }
+    e
+}
+
+fn poisoned(dev: &CudaDevice, n: usize) -> DeviceBuffer<f32> {
+    dev.upload(&vec![f32::NAN; n]).unwrap()
+}
+
+/// Random blocks of `dtype` with modest scales, so dequantized values are O(0.1).
+fn random_weights(rng: &mut Rng, dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
+    let n_blocks = rows * cols / dtype.block_len();
+    let bb = dtype.block_bytes();
+    let mut out = vec![0u8; n_blocks * bb];
+    let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
+    match dtype {
+        DType::F32 => {
+            for (i, v) in rng.vec(rows * cols, 0.5).iter().enumerate() {
+                out[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
+            }
+            return out;
+        }
+        DType::F16 => {
+            for (i, v) in rng.vec(rows * cols, 0.5).iter().enumerate() {
+                out[2 * i..2 * i + 2].copy_from_slice(&f16(*v));
+            }
+            return out;
+        }
+        DType::BF16 => {
+            for (i, v) in rng.vec(rows * cols, 0.5).iter().enumerate() {
+                out[2 * i..2 * i + 2].copy_from_slice(&half::bf16::from_f32(*v).to_le_bytes());
+            }
+            return out;
+        }
+        _ => {}
+    }
+    for b in out.chunks_exact_mut(bb) {
+        for byte in b.iter_mut() {
+            *byte = rng.next() as u8;
+        }
+        let d = f16(0.004 + 0.01 * rng.uniform().abs());
+        let m = f16(0.002 + 0.01 * rng.uniform().abs());
+        // Positions of the f16 scale fields in each ggml block struct.
+        let fields: &[(usize, [u8; 2])] = match dtype {
+            DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[(0, d)],
+            DType::Q4_1 | DType::Q5_1 | DType::Q4K | DType::Q5K => &[(0, d), (2, m)],
+            DType::Q2K => &[(80, d), (82, m)],
+            DType::Q3K => &[(108, d)],
+            DType::Q6K => &[(208, d)],
+            _ => &[],
+        };
+        for &(at, bytes) in fields {
+            b[at..at + 2].copy_from_slice(&bytes);
+        }
+    }
+    out
+}
+
+const FORMATS: [DType; 13] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q2K,
+    DType::Q3K,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+];
+
+#[test]
+fn elementwise_and_norm() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let n = 10_000;
+    let (a, b) = (rng.vec(n, 3.0), rng.vec(n, 3.0));
+    let (da, db) = (dev.upload(&a).unwrap(), dev.upload(&b).unwrap());
+    let mut out = poisoned(&dev, n);
+    ops::add(&dev, &mut out, &da, &db).unwrap();
+    let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
+    assert!(nmse(&dev.download(&out).unwrap(), &want) < 1e-12);
+
+    for (kind, f) in [
+        (
+            Glu::Silu,
+            (|g: f32| g / (1.0 + (-g).exp())) as fn(f32) -> f32,
+        ),
+        (Glu::GeluTanh, |x: f32| {
+            0.5 * x * (1.0 + (0.797_884_6 * x * (1.0 + 0.044715 * x * x)).tanh())
+        }),
+    ] {
+        let mut out = poisoned(&dev, n);
+        ops::glu(&dev, kind, &mut out, &da, &db).unwrap();
+        let want: Vec<f32> = a.iter().zip(&b).map(|(g, u)| f(*g) * u).collect();
+        let e = nmse(&dev.download(&out).unwrap(), &want);
+        assert!(e < 1e-10, "{kind:?}: nmse {e:e}");
+    }
+
+    let (rows, cols) = (7, 896);
+    let x = rng.vec(rows * cols, 2.0);
+    let w = rng.vec(cols, 1.0);
+    let mut out = poisoned(&dev, rows * cols);
+    ops::rms_norm(
+        &dev,
+        &mut out,
+        &dev.upload(&x).unwrap(),
+        &dev.upload(&w).unwrap(),
+        1e-6,
+    )
+    .unwrap();
+    let mut want = x.clone();
+    for r in want.chunks_mut(cols) {
+        let ms = r.iter().map(|v| (v * v) as f64).sum::<f64>() / cols as f64;
+        let s = 1.0 / (ms + 1e-6).sqrt();
+        for (v, wi) in r.iter_mut().zip(&w) {
+            *v = (*v as f64 * s * *wi as f64) as f32;
+        }
+    }
+    let e = nmse(&dev.download(&out).unwrap(), &want);
+    assert!(e < 1e-11, "rms_norm nmse {e:e}");
+}
+
+#[test]
+fn rope_both_layouts() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    for neox in [false, true] {
+        let p = RopeParams {
+            n_heads: 3,
+            head_dim: 64,
+            n_rot: 48,
+            base: 10000.0,
+            freq_scale: 0.5,
+            neox,
+        };
+        let positions: Vec<i32> = vec![0, 1, 17, 4095];
+        let x = rng.vec(positions.len() * 3 * 64, 1.0);
+        let factors = rng
+            .vec(24, 0.5)
+            .iter()
+            .map(|v| 1.0 + v.abs())
+            .collect::<Vec<_>>();
+        let mut dx = dev.upload(&x).unwrap();
+        ops::rope(
+            &dev,
+            &mut dx,
+            &dev.upload(&positions).unwrap(),
+            p,
+            Some(&dev.upload(&factors).unwrap()),
+        )
+        .unwrap();
+        let mut want = x.clone();
+        for (r, &pos) in positions.iter().enumerate() {
+            for h in 0..3 {
+                let head = &mut want[(r * 3 + h) * 64..(r * 3 + h + 1) * 64];
+                for (i, factor) in factors.iter().enumerate() {
+                    let theta =
+                        pos as f64 * 10000f64.powf(-2.0 * i as f64 / 48.0) / *factor as f64 * 0.5;
+                    let (a, b) = if neox {
+                        (i, i + 24)
+                    } else {
+                        (2 * i, 2 * i + 1)
+                    };
+                    let (x0, x1) = (head[a] as f64, head[b] as f64);
+                    head[a] = (x0 * theta.cos() - x1 * theta.sin()) as f32;
+                    head[b] = (x0 * theta.sin() + x1 * theta.cos()) as f32;
+                }
+            }
+        }
+        let e = nmse(&dev.download(&dx).unwrap(), &want);
+        assert!(e < 1e-9, "rope neox={neox}: nmse {e:e}");
+    }
+}
+
+#[test]
+fn get_rows_and_matvec_every_format() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let (rows, cols) = (300, 512);
+    for dtype in FORMATS {
+        let bytes = random_weights(&mut rng, dtype, rows, cols);
+        let mut w = vec![0f32; rows * cols];
+        dequantize(dtype, &bytes, &mut w).unwrap();
+        let dm = DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap();
+
+        let ids: Vec<i32> = vec![0, 299, 17, 17, 150];
+        let mut out = poisoned(&dev, ids.len() * cols);
+        ops::get_rows(&dev, &mut out, &dm, &dev.upload(&ids).unwrap(), 2.0).unwrap();
+        let want: Vec<f32> = ids
+            .iter()
+            .flat_map(|&i| {
+                w[i as usize * cols..(i as usize + 1) * cols]
+                    .iter()
+                    .map(|v| v * 2.0)
+            })
+            .collect();
+        let e = nmse(&dev.download(&out).unwrap(), &want);
+        assert!(e < 1e-12, "get_rows {dtype}: nmse {e:e}");
+
+        for m in [1, 3] {
+            let x = rng.vec(m * cols, 1.0);
+            let mut y = poisoned(&dev, m * rows);
+            ops::matvec(&dev, &mut y, &dm, &dev.upload(&x).unwrap()).unwrap();
+            let want: Vec<f32> = (0..m)
+                .flat_map(|i| {
+                    let xr = &x[i * cols..(i + 1) * cols];
+                    (0..rows)
+                        .map(|r| {
+                            w[r * cols..(r + 1) * cols]
+                                .iter()
+                                .zip(xr)
+                                .map(|(a, b)| *a as f64 * *b as f64)
+                                .sum::<f64>() as f32
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .collect();
+            let e = nmse(&dev.download(&y).unwrap(), &want);
+            assert!(e < 1e-10, "matvec {dtype} m={m}: nmse {e:e}");
+        }
+    }
+}
+
+#[test]
+fn attention_with_gqa_and_window() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let (n_heads, n_kv, hd, cap) = (8, 2, 64, 64);
+    let n = 40;
+    for window in [None, Some(9)] {
+        let k = rng.vec(n * n_kv * hd, 1.0);
+        let v = rng.vec(n * n_kv * hd, 1.0);
+        let q = rng.vec(n * n_heads * hd, 1.0);
+        let positions: Vec<i32> = (0..n as i32).collect();
+        let dpos = dev.upload(&positions).unwrap();
+        let mut kv = DeviceKv::new(&dev, n_kv, hd, cap).unwrap();
+        ops::kv_store(
+            &dev,
+            &mut kv,
+            &dev.upload(&k).unwrap(),
+            &dev.upload(&v).unwrap(),
+            &dpos,
+        )
+        .unwrap();
+        let mut out = poisoned(&dev, q.len());
+        let scale = 0.125;
+        ops::attention(
+            &dev,
+            &mut out,
+            &dev.upload(&q).unwrap(),
+            &kv,
+            &dpos,
+            AttentionParams {
+                n_heads,
+                scale,
+                window,
+                max_pos: n - 1,
+            },
+        )
+        .unwrap();
+        let r16 = |x: f32| half::f16::from_f32(x).to_f32() as f64;
+        let mut want = vec![0f32; q.len()];
+        for p in 0..n {
+            for h in 0..n_heads {
+                let kvh = h / (n_heads / n_kv);
+                let first = window.map_or(0, |w| (p + 1).saturating_sub(w));
+                let qh = &q[(p * n_heads + h) * hd..][..hd];
+                let s: Vec<f64> = (first..=p)
+                    .map(|t| {
+                        (0..hd)
+                            .map(|d| qh[d] as f64 * r16(k[(t * n_kv + kvh) * hd + d]))
+                            .sum::<f64>()
+                            * scale as f64
+                    })
+                    .collect();
+                let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let e: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
+                let z: f64 = e.iter().sum();
+                for d in 0..hd {
+                    want[(p * n_heads + h) * hd + d] = ((first..=p)
+                        .zip(&e)
+                        .map(|(t, w)| w * r16(v[(t * n_kv + kvh) * hd + d]))
+                        .sum::<f64>()
+                        / z) as f32;
+                }
+            }
+        }
+        let e = nmse(&dev.download(&out).unwrap(), &want);
+        assert!(e < 1e-10, "attention window={window:?}: nmse {e:e}");
+    }
+}
+
+#[test]
+fn argmax_picks_lowest_index_of_maximum() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let mut x = rng.vec(151_936, 10.0);
+    x[7] = 50.0;
+    x[90_000] = 50.0;
+    let mut out = dev.upload(&[-1i32]).unwrap();
+    ops::argmax(&dev, &dev.upload(&x).unwrap(), &mut out).unwrap();
+    assert_eq!(dev.download(&out).unwrap(), vec![7]);
+}
+
+#[test]
+fn shape_errors_are_reported_not_launched() {
+    let Some((dev, _)) = device() else { return };
+    let a = dev.upload(&[1f32; 4]).unwrap();
+    let b = dev.upload(&[1f32; 5]).unwrap();
+    let mut out = poisoned(&dev, 4);
+    assert!(ops::add(&dev, &mut out, &a, &b).is_err());
+    assert!(DeviceMatrix::upload(&dev, DType::Q4K, 2, 100, &[0u8; 10]).is_err());
+    assert!(DeviceMatrix::upload(&dev, DType::IQ2XXS, 1, 256, &[0u8; 66]).is_err());
+}

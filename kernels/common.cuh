@@ -1,0 +1,217 @@
+// Shared definitions of the synaptix kernels.
+//
+// Compiled by NVRTC at run time with no CUDA headers available: this file declares what the
+// kernels need itself. Activations are f32; weights stay in their stored (ggml) layouts, read
+// as bytes; every block type's byte offsets below follow ggml's block structs.
+#pragma once
+
+typedef unsigned char u8;
+typedef signed char i8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef int i32;
+typedef unsigned long long u64;
+typedef long long i64;
+
+#define WARP 32
+#define INFINITY __int_as_float(0x7f800000)
+#define QK_K 256
+
+__device__ __forceinline__ float f16_to_f32(u16 h) {
+    float f;
+    asm("{ .reg .b16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ u16 f32_to_f16(float f) {
+    u16 h;
+    asm("{ .reg .b16 t; cvt.rn.f16.f32 t, %1; mov.b16 %0, t; }" : "=h"(h) : "f"(f));
+    return h;
+}
+
+__device__ __forceinline__ float bf16_to_f32(u16 b) { return __uint_as_float(((u32)b) << 16); }
+
+__device__ __forceinline__ u16 load_u16(const u8* p) { return *(const u16*)p; }
+__device__ __forceinline__ u32 load_u32_unaligned(const u8* p) {
+    return (u32)p[0] | ((u32)p[1] << 8) | ((u32)p[2] << 16) | ((u32)p[3] << 24);
+}
+__device__ __forceinline__ float load_f16(const u8* p) { return f16_to_f32(load_u16(p)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = WARP / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+__device__ __forceinline__ float block_sum(float v) {
+    __shared__ float partial[32];
+    v = warp_sum(v);
+    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    __syncthreads();
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    const int n_warps = blockDim.x / WARP;
+    v = lane < n_warps ? partial[lane] : 0.0f;
+    return warp_sum(v);
+}
+
+__device__ __forceinline__ float block_max(float v) {
+    __shared__ float partial[32];
+    v = warp_max(v);
+    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    __syncthreads();
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    const int n_warps = blockDim.x / WARP;
+    v = lane < n_warps ? partial[lane] : -INFINITY;
+    return warp_max(v);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Block formats: element `j` of one block, dequantized. `BLOCK` elements in `BYTES` bytes.
+
+struct fmt_f32 {
+    static constexpr int BLOCK = 1, BYTES = 4;
+    __device__ static float get(const u8* b, int) { return *(const float*)b; }
+};
+struct fmt_f16 {
+    static constexpr int BLOCK = 1, BYTES = 2;
+    __device__ static float get(const u8* b, int) { return load_f16(b); }
+};
+struct fmt_bf16 {
+    static constexpr int BLOCK = 1, BYTES = 2;
+    __device__ static float get(const u8* b, int) { return bf16_to_f32(load_u16(b)); }
+};
+// d | qs[16]: element j < 16 in the low nibble of qs[j], j >= 16 in the high nibble of qs[j-16].
+struct fmt_q4_0 {
+    static constexpr int BLOCK = 32, BYTES = 18;
+    __device__ static float get(const u8* b, int j) {
+        const u8 q = b[2 + (j & 15)];
+        return load_f16(b) * (float)((j < 16 ? (q & 15) : (q >> 4)) - 8);
+    }
+};
+struct fmt_q4_1 {
+    static constexpr int BLOCK = 32, BYTES = 20;
+    __device__ static float get(const u8* b, int j) {
+        const u8 q = b[4 + (j & 15)];
+        return load_f16(b) * (float)(j < 16 ? (q & 15) : (q >> 4)) + load_f16(b + 2);
+    }
+};
+// d | qh (32 fifth bits) | qs[16].
+struct fmt_q5_0 {
+    static constexpr int BLOCK = 32, BYTES = 22;
+    __device__ static float get(const u8* b, int j) {
+        const u32 qh = load_u32_unaligned(b + 2);
+        const u8 q = b[6 + (j & 15)];
+        const int lo = j < 16 ? (q & 15) : (q >> 4);
+        const int hi = (int)((qh >> j) & 1u) << 4;  // signed: the -16 below must not wrap
+        return load_f16(b) * (float)((lo | hi) - 16);
+    }
+};
+struct fmt_q5_1 {
+    static constexpr int BLOCK = 32, BYTES = 24;
+    __device__ static float get(const u8* b, int j) {
+        const u32 qh = *(const u32*)(b + 4);
+        const u8 q = b[8 + (j & 15)];
+        const int lo = j < 16 ? (q & 15) : (q >> 4);
+        const int hi = (int)((qh >> j) & 1u) << 4;
+        return load_f16(b) * (float)(lo | hi) + load_f16(b + 2);
+    }
+};
+struct fmt_q8_0 {
+    static constexpr int BLOCK = 32, BYTES = 34;
+    __device__ static float get(const u8* b, int j) { return load_f16(b) * (float)(i8)b[2 + j]; }
+};
+// scales[16] (low nibble scale, high nibble min) | qs[64] | d | dmin.
+struct fmt_q2_k {
+    static constexpr int BLOCK = QK_K, BYTES = 84;
+    __device__ static float get(const u8* b, int e) {
+        const int n = e / 128, r = e % 128, j = r / 32, l32 = r % 32;
+        const u8 sc = b[n * 8 + j * 2 + l32 / 16];
+        const int q = (b[16 + n * 32 + l32] >> (2 * j)) & 3;
+        return load_f16(b + 80) * (float)(sc & 15) * (float)q - load_f16(b + 82) * (float)(sc >> 4);
+    }
+};
+// hmask[32] | qs[64] | scales[12] (16 six-bit scales, offset 32) | d.
+struct fmt_q3_k {
+    static constexpr int BLOCK = QK_K, BYTES = 110;
+    __device__ static int scale(const u8* s, int i) {
+        const int lo = i < 8 ? (s[i] & 15) : (s[i - 8] >> 4);
+        const int hi = (s[8 + (i & 3)] >> (2 * (i / 4))) & 3;
+        return (lo | (hi << 4)) - 32;
+    }
+    __device__ static float get(const u8* b, int e) {
+        const int n = e / 128, r = e % 128, j = r / 32, l32 = r % 32;
+        const int q = (b[32 + n * 32 + l32] >> (2 * j)) & 3;
+        const int high = (b[l32] >> (n * 4 + j)) & 1;
+        return load_f16(b + 108) * (float)scale(b + 96, n * 8 + j * 2 + l32 / 16) * (float)(q - (high ? 0 : 4));
+    }
+};
+// The 6-bit scale and min `j` (0..8) of a Q4_K / Q5_K super-block.
+__device__ __forceinline__ void k4_scale_min(const u8* s, int j, int* sc, int* m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+// d | dmin | scales[12] | qs[128].
+struct fmt_q4_k {
+    static constexpr int BLOCK = QK_K, BYTES = 144;
+    __device__ static float get(const u8* b, int e) {
+        const int c = e / 64, r = e % 64, hi = r >= 32;
+        int sc, m;
+        k4_scale_min(b + 4, 2 * c + hi, &sc, &m);
+        const u8 q = b[16 + 32 * c + (r & 31)];
+        return load_f16(b) * (float)sc * (float)(hi ? (q >> 4) : (q & 15)) - load_f16(b + 2) * (float)m;
+    }
+};
+// d | dmin | scales[12] | qh[32] | qs[128].
+struct fmt_q5_k {
+    static constexpr int BLOCK = QK_K, BYTES = 176;
+    __device__ static float get(const u8* b, int e) {
+        const int c = e / 64, r = e % 64, hi = r >= 32, l = r & 31;
+        int sc, m;
+        k4_scale_min(b + 4, 2 * c + hi, &sc, &m);
+        const u8 q = b[48 + 32 * c + l];
+        const int v = (hi ? (q >> 4) : (q & 15)) + (((b[16 + l] >> (2 * c + hi)) & 1) << 4);
+        return load_f16(b) * (float)sc * (float)v - load_f16(b + 2) * (float)m;
+    }
+};
+// ql[128] | qh[64] | scales[16] (int8) | d.
+struct fmt_q6_k {
+    static constexpr int BLOCK = QK_K, BYTES = 210;
+    __device__ static float get(const u8* b, int e) {
+        const int n = e / 128, r = e % 128, quarter = r / 32, l = r % 32;
+        const u8 ql = b[64 * n + l + (quarter & 1) * 32];
+        const int lo = quarter >= 2 ? (ql >> 4) : (ql & 15);
+        const int hi = (b[128 + 32 * n + l] >> (2 * quarter)) & 3;
+        const int sc = (i8)b[192 + 8 * n + l / 16 + 2 * quarter];
+        return load_f16(b + 208) * (float)sc * (float)((lo | (hi << 4)) - 32);
+    }
+};
+
+// Instantiates `MACRO(name, fmt)` for every executed weight format.
+#define FOR_EACH_FORMAT(MACRO) \
+    MACRO(f32, fmt_f32)        \
+    MACRO(f16, fmt_f16)        \
+    MACRO(bf16, fmt_bf16)      \
+    MACRO(q4_0, fmt_q4_0)      \
+    MACRO(q4_1, fmt_q4_1)      \
+    MACRO(q5_0, fmt_q5_0)      \
+    MACRO(q5_1, fmt_q5_1)      \
+    MACRO(q8_0, fmt_q8_0)      \
+    MACRO(q2_k, fmt_q2_k)      \
+    MACRO(q3_k, fmt_q3_k)      \
+    MACRO(q4_k, fmt_q4_k)      \
+    MACRO(q5_k, fmt_q5_k)      \
+    MACRO(q6_k, fmt_q6_k)
