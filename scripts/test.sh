@@ -11,3 +11,7 @@ LD_LIBRARY_PATH="$(scripts/nvrtc.sh)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export LD_LIBRARY_PATH SYNAPTIX_REQUIRE_NVRTC=1
 cargo fmt --all -- --check
 cargo test --release --workspace "$@"
+# GPU tests skip themselves without a GPU; say so where everyone reads it.
+if ! target/release/synaptix devices | grep -q '^gpu '; then
+  echo "NOTE: no usable GPU here: the CUDA parity tests were skipped (kernels were compiled with NVRTC)."
+fi
