@@ -38,3 +38,9 @@ extern "C" __global__ void geglu_f32(float* out, const float* gate, const float*
         out[i] = g * up[i];
     }
 }
+
+// x = cap * tanh(x / cap) (final-logit soft-capping)
+extern "C" __global__ void softcap_f32(float* x, float cap, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = cap * tanhf(x[i] / cap);
+}

@@ -40,6 +40,9 @@ pub struct BenchArgs {
     /// CPU threads (0: all cores)
     #[arg(short = 't', long, default_value_t = 0)]
     pub threads: usize,
+    /// Where to run: auto (a GPU if one is usable, else the CPU), cpu, cuda, cuda:N
+    #[arg(long, default_value = "auto")]
+    pub device: String,
     /// Output format
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Md)]
     pub output: OutputFormat,
@@ -72,7 +75,11 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
         bail!("--repetitions must be at least 1");
     }
     let threads = crate::threads::init(a.threads)?;
-    let engine = Engine::load(&a.model)?;
+    let (device, notice) = crate::device::resolve(&a.device)?;
+    let engine = Engine::load(&a.model, device)?;
+    if let Some(n) = notice {
+        eprintln!("{n}");
+    }
     let info = engine.model.info().clone();
     let n_ctx = a.n_prompt.max(a.n_gen).max(1);
     if n_ctx > info.hparams.n_ctx_train {
@@ -104,7 +111,7 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
             let start = Instant::now();
             engine
                 .model
-                .forward(&tokens, &mut cache, Logits::Last, &mut NoTap)?;
+                .forward(&tokens, cache.as_mut(), Logits::Last, &mut NoTap)?;
             let s = start.elapsed().as_secs_f64();
             if rep > 0 {
                 samples.push(a.n_prompt as f64 / s);
@@ -127,7 +134,7 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
             for &t in &tokens[..n] {
                 engine
                     .model
-                    .forward(&[t], &mut cache, Logits::Last, &mut NoTap)?;
+                    .forward(&[t], cache.as_mut(), Logits::Last, &mut NoTap)?;
             }
             let s = start.elapsed().as_secs_f64();
             if rep > 0 {
@@ -143,6 +150,11 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
     }
 
     let desc = model_description(&engine);
+    let backend = if engine.model.device().starts_with("cuda") {
+        "CUDA"
+    } else {
+        "CPU"
+    };
     match a.output {
         OutputFormat::Md => {
             println!(
@@ -159,7 +171,7 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
                     desc,
                     human_bytes(info.weight_bytes),
                     human_count(info.n_params),
-                    "CPU",
+                    backend,
                     threads,
                     r.name,
                     format!("{:.2} ± {:.2}", r.mean(), r.stddev())
@@ -175,7 +187,8 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
                         "model_type": desc,
                         "model_size": info.weight_bytes,
                         "model_n_params": info.n_params,
-                        "backends": "CPU",
+                        "backends": backend,
+                        "device": engine.model.device(),
                         "cpu_info": crate::devices::cpu_name(),
                         "kernel_path": synaptix_kernels_cpu::kernel_path(),
                         "n_threads": threads,

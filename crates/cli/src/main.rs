@@ -1,6 +1,7 @@
 //! `synaptix`: run neural networks from one binary.
 
 mod bench;
+mod device;
 mod devices;
 mod dump;
 mod inspect;

@@ -59,6 +59,9 @@ pub struct RunArgs {
     /// CPU threads (0: all cores)
     #[arg(short = 't', long, default_value_t = 0)]
     pub threads: usize,
+    /// Where to run: auto (a GPU if one is usable, else the CPU), cpu, cuda, cuda:N
+    #[arg(long, default_value = "auto")]
+    pub device: String,
     /// Wrap the prompt in the model's chat template as a user message
     #[arg(long)]
     pub chat: bool,
@@ -106,7 +109,11 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     };
     sampler.validate()?;
 
-    let engine = Engine::load(&a.model)?;
+    let (device, notice) = crate::device::resolve(&a.device)?;
+    let engine = Engine::load(&a.model, device)?;
+    if let Some(n) = notice {
+        eprintln!("{n}");
+    }
     let n_ctx = engine.context_size(a.ctx_size)?;
     let text = if a.chat {
         chat_prompt(&engine, a.system.as_deref(), &prompt)?
@@ -159,6 +166,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
             "stop": gen.stop.as_str(),
             "seed": seed,
             "threads": threads,
+            "device": engine.model.device(),
             "n_ctx": n_ctx,
             "timings": {
                 "load_s": engine.load_seconds,
@@ -174,7 +182,8 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     } else {
         println!();
         eprintln!(
-            "load {:.2} s | prompt {} tokens, {:.1} t/s | generation {} tokens, {:.1} t/s | stop: {} | seed {seed}, {threads} threads",
+            "{} | load {:.2} s | prompt {} tokens, {:.1} t/s | generation {} tokens, {:.1} t/s | stop: {} | seed {seed}, {threads} threads",
+            engine.model.device(),
             engine.load_seconds,
             t.prompt_tokens,
             t.prompt_tps(),

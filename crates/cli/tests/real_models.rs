@@ -155,7 +155,7 @@ fn chat_template_wraps_the_prompt() {
 #[test]
 fn prompt_longer_than_context_is_an_error() {
     let long = "word ".repeat(100);
-    let out = synaptix(&["run", &gemma(), &long, "-c", "16"]);
+    let out = synaptix(&["run", &gemma(), &long, "-c", "16", "--device", "cpu"]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -271,4 +271,27 @@ fn devices_lists_the_cpu() {
     let v = json_ok(&["devices", "--json"]);
     assert_eq!(v["devices"][0]["kind"], "cpu");
     assert!(v["devices"][0]["kernel_path"].is_string());
+}
+
+#[test]
+fn device_flag_is_checked() {
+    let out = synaptix(&["run", &gemma(), "hi", "-n", "1", "--device", "tpu"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown device 'tpu'"), "{err}");
+    if matches!(
+        synaptix_kernels_cuda::cuda_status(),
+        synaptix_kernels_cuda::CudaStatus::Unavailable(_)
+    ) {
+        let out = synaptix(&["run", &gemma(), "hi", "-n", "1", "--device", "cuda"]);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.starts_with("error: --device cuda: CUDA is not available"), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        // auto falls back to the CPU with a one-line notice.
+        let out = synaptix(&["run", &gemma(), "hi", "-n", "1"]);
+        assert!(out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("note: no usable GPU") && err.contains("running on the CPU"), "{err}");
+    }
 }

@@ -3,7 +3,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use synaptix_bundle::{GgufError, GgufFile};
-use synaptix_models::{CausalLm, KvCache, Logits, ModelError, NoTap, Tap};
+use synaptix_core::Device;
+use synaptix_models::{Cache, CausalLm, Logits, ModelError, NoTap, Tap};
 use synaptix_sample::{SampleError, Sampler, SamplerConfig};
 use synaptix_tokenizer::{StreamDecoder, Tokenizer, TokenizerError};
 
@@ -107,10 +108,11 @@ pub struct Generation {
 }
 
 impl Engine {
-    pub fn load(path: impl AsRef<Path>) -> Result<Engine> {
+    /// Loads a model onto `device` (`Device::Cpu` or `Device::Cuda(n)`).
+    pub fn load(path: impl AsRef<Path>, device: Device) -> Result<Engine> {
         let start = Instant::now();
         let file = Arc::new(GgufFile::open(path)?);
-        let model = synaptix_models::load(file.clone())?;
+        let model = synaptix_models::load_on(file.clone(), device)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
         Ok(Engine {
             file,
@@ -138,7 +140,7 @@ impl Engine {
         }
     }
 
-    pub fn new_cache(&self, n_ctx: usize) -> Result<KvCache> {
+    pub fn new_cache(&self, n_ctx: usize) -> Result<Box<dyn Cache>> {
         Ok(self.model.new_cache(n_ctx)?)
     }
 
@@ -171,7 +173,9 @@ impl Engine {
             ..Default::default()
         };
         let start = Instant::now();
-        let mut logits = self.model.forward(prompt, &mut cache, Logits::Last, tap)?;
+        let mut logits = self
+            .model
+            .forward(prompt, cache.as_mut(), Logits::Last, tap)?;
         timings.prompt_seconds = start.elapsed().as_secs_f64();
         let first_logits = keep_first_logits.then(|| logits.clone());
 
@@ -199,13 +203,13 @@ impl Engine {
             if tokens.len() == opts.max_tokens {
                 break;
             }
-            if cache.len >= cache.capacity {
+            if cache.len() >= cache.capacity() {
                 stop = StopReason::ContextFull;
                 break;
             }
             logits = self
                 .model
-                .forward(&[token], &mut cache, Logits::Last, &mut NoTap)?;
+                .forward(&[token], cache.as_mut(), Logits::Last, &mut NoTap)?;
         }
         let rest = stream.finish();
         if !rest.is_empty() {

@@ -102,6 +102,52 @@ pub fn scale(dev: &CudaDevice, x: &mut DeviceBuffer<f32>, s: f32) -> Result<()> 
     Ok(())
 }
 
+/// `x: [rows, cols] += bias: [cols]`.
+pub fn add_bias(
+    dev: &CudaDevice,
+    x: &mut DeviceBuffer<f32>,
+    bias: &DeviceBuffer<f32>,
+) -> Result<()> {
+    let (n, cols) = (x.len(), bias.len());
+    check("add_bias", cols > 0 && n.is_multiple_of(cols), || {
+        format!("{n} values, bias of {cols}")
+    })?;
+    let f = dev.function("elementwise", "add_bias_f32")?;
+    let (rows, c32) = (
+        i32_arg("add_bias", "rows", n / cols)?,
+        i32_arg("add_bias", "cols", cols)?,
+    );
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(x).arg(bias).arg(&rows).arg(&c32);
+    // SAFETY: `rows * cols` elements of `x`, `cols` of `bias`.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (grid_for(n), 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(())
+}
+
+/// `x = cap * tanh(x / cap)`.
+pub fn softcap(dev: &CudaDevice, x: &mut DeviceBuffer<f32>, cap: f32) -> Result<()> {
+    let n = x.len();
+    let f = dev.function("elementwise", "softcap_f32")?;
+    let n32 = i32_arg("softcap", "n", n)?;
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(x).arg(&cap).arg(&n32);
+    // SAFETY: `n` elements of a buffer of `n`.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (grid_for(n), 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(())
+}
+
 /// Gated activations: `out = act(gate) * up`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Glu {

@@ -1,64 +1,69 @@
 //! What every decoder-only model shares around its blocks: the token embedding, the final
 //! norm and the output head (tied to the embedding when the file has no `output.weight`).
 
-use synaptix_nn::{record, Embedding, KvCache, LayerKv, Linear, RmsNorm, Tap, VarBuilder};
+use synaptix_nn::{record, Backend, Embedding, KvCache, Linear, RmsNorm, Tap, VarBuilder};
 
 use crate::{next_positions, HParams, Logits, Result};
 
-pub(crate) struct Trunk {
-    pub embedding: Embedding,
+pub(crate) struct Trunk<B: Backend> {
+    pub embedding: Embedding<B>,
     /// Multiplies embeddings (Gemma: `sqrt(n_embd)`).
     pub embed_scale: Option<f32>,
-    pub output_norm: RmsNorm,
-    pub output: Linear,
+    pub output_norm: RmsNorm<B>,
+    pub output: Linear<B>,
+    /// `cap * tanh(logits / cap)` when set (final-logit soft-capping).
+    pub final_softcap: Option<f32>,
 }
 
-impl Trunk {
-    pub fn load(vb: &VarBuilder, hp: &HParams, embed_scale: Option<f32>) -> Result<Trunk> {
+impl<B: Backend> Trunk<B> {
+    pub fn load(be: &B, vb: &VarBuilder, hp: &HParams, embed_scale: Option<f32>) -> Result<Self> {
         let embd = vb.get("token_embd.weight")?;
         let output = match vb.get_opt("output.weight")? {
-            Some(w) => Linear::from_weight(w, None, hp.n_vocab, hp.n_embd)?,
-            None => Linear::from_weight(embd.clone(), None, hp.n_vocab, hp.n_embd)?,
+            Some(w) => Linear::from_weight(be, &w, None, hp.n_vocab, hp.n_embd)?,
+            None => Linear::from_weight(be, &embd, None, hp.n_vocab, hp.n_embd)?,
         };
         Ok(Trunk {
-            embedding: Embedding::new(embd, hp.n_vocab, hp.n_embd)?,
+            embedding: Embedding::new(be, &embd, hp.n_vocab, hp.n_embd)?,
             embed_scale,
-            output_norm: RmsNorm::load(vb, "output_norm", hp.n_embd, hp.rms_eps)?,
+            output_norm: RmsNorm::load(be, vb, "output_norm", hp.n_embd, hp.rms_eps)?,
             output,
+            final_softcap: None,
         })
     }
 
-    /// Embeds `tokens`, runs `block` for every layer, then the head.
+    /// Embeds `tokens`, runs `block` for every layer, then the head; returns host logits.
     pub fn run(
         &self,
+        be: &B,
         tokens: &[u32],
-        cache: &mut KvCache,
+        cache: &mut KvCache<B>,
         logits: Logits,
         tap: &mut dyn Tap,
-        mut block: impl FnMut(usize, &mut [f32], &[usize], &mut LayerKv, &mut dyn Tap) -> Result<()>,
+        mut block: impl FnMut(
+            usize,
+            &mut B::Tensor,
+            &B::Positions,
+            &mut B::Kv,
+            &mut dyn Tap,
+        ) -> Result<()>,
     ) -> Result<Vec<f32>> {
-        let positions = next_positions(cache, tokens.len())?;
-        let dim = self.embedding.dim();
-        let mut x = self.embedding.lookup(tokens)?;
-        if let Some(s) = self.embed_scale {
-            x.iter_mut().for_each(|v| *v *= s);
-        }
-        record(tap, "", "inp_embd", tokens.len(), &x);
+        let positions = be.positions(&next_positions(cache, tokens.len())?)?;
+        let mut x = self.embedding.lookup(be, tokens, self.embed_scale)?;
+        record(be, tap, "", "inp_embd", &x)?;
         for (il, kv) in cache.layers.iter_mut().enumerate() {
             block(il, &mut x, &positions, kv, tap)?;
         }
         cache.len += tokens.len();
-        let rows = match logits {
-            Logits::All => tokens.len(),
-            Logits::Last => {
-                x.drain(..(tokens.len() - 1) * dim);
-                1
-            }
-        };
-        self.output_norm.forward_inplace(&mut x);
-        record(tap, "", "result_norm", rows, &x);
-        let out = self.output.forward(&x, rows)?;
-        record(tap, "", "result_output", rows, &out);
-        Ok(out)
+        if logits == Logits::Last {
+            x = be.last_row(x)?;
+        }
+        let x = self.output_norm.forward(be, &x)?;
+        record(be, tap, "", "result_norm", &x)?;
+        let mut out = self.output.forward(be, &x)?;
+        if let Some(cap) = self.final_softcap {
+            be.softcap(&mut out, cap)?;
+        }
+        record(be, tap, "", "result_output", &out)?;
+        Ok(be.to_host(&out)?)
     }
 }

@@ -8,31 +8,31 @@
 
 use synaptix_bundle::Value;
 use synaptix_nn::{
-    add_inplace, record, Activation, AttentionSpec, GatedMlp, KvCache, LayerKv, RmsNorm, Rope,
-    RopeStyle, SelfAttention, SelfAttentionConfig, Tap, VarBuilder,
+    record, Activation, AttentionSpec, Backend, GatedMlp, KvCache, RmsNorm, Rope, RopeStyle,
+    SelfAttention, SelfAttentionConfig, Tap, VarBuilder,
 };
 
 use crate::decoder::Trunk;
-use crate::{CausalLm, Logits, ModelError, ModelInfo, Result};
+use crate::{own_cache, Cache, CausalLm, Logits, ModelError, ModelInfo, Result};
 
 /// Layers per repeat of the window pattern: five windowed layers, then one global.
 const DEFAULT_SWA_PATTERN: usize = 6;
 const DEFAULT_SWA_ROPE_BASE: f32 = 10_000.0;
 
-struct Block {
-    attn_norm: RmsNorm,
-    attn: SelfAttention,
-    post_attention_norm: RmsNorm,
-    ffn_norm: RmsNorm,
-    mlp: GatedMlp,
-    post_ffw_norm: RmsNorm,
+struct Block<B: Backend> {
+    attn_norm: RmsNorm<B>,
+    attn: SelfAttention<B>,
+    post_attention_norm: RmsNorm<B>,
+    ffn_norm: RmsNorm<B>,
+    mlp: GatedMlp<B>,
+    post_ffw_norm: RmsNorm<B>,
 }
 
-pub struct Gemma3 {
+pub struct Gemma3<B: Backend> {
+    be: B,
     info: ModelInfo,
-    trunk: Trunk,
-    blocks: Vec<Block>,
-    final_softcap: Option<f32>,
+    trunk: Trunk<B>,
+    blocks: Vec<Block<B>>,
 }
 
 /// Reads which layers use the sliding window: an explicit per-layer bool array, or a period.
@@ -84,12 +84,13 @@ impl MetaView<'_> {
     }
 }
 
-impl Gemma3 {
+impl<B: Backend> Gemma3<B> {
     pub fn load(
+        be: B,
         vb: &VarBuilder,
         file: &synaptix_bundle::GgufFile,
         info: ModelInfo,
-    ) -> Result<Gemma3> {
+    ) -> Result<Self> {
         let hp = &info.hparams;
         let meta = MetaView { file };
         let swa = sliding_layers(&meta, hp.n_layer)?;
@@ -129,83 +130,93 @@ impl Gemma3 {
                     q_scale: Some(1.0 / (hp.head_dim as f32).sqrt()),
                 };
                 Ok(Block {
-                    attn_norm: RmsNorm::load(&vb, "attn_norm", hp.n_embd, hp.rms_eps)?,
-                    attn: SelfAttention::load(&vb, &cfg)?,
+                    attn_norm: RmsNorm::load(&be, &vb, "attn_norm", hp.n_embd, hp.rms_eps)?,
+                    attn: SelfAttention::load(&be, &vb, &cfg)?,
                     post_attention_norm: RmsNorm::load(
+                        &be,
                         &vb,
                         "post_attention_norm",
                         hp.n_embd,
                         hp.rms_eps,
                     )?,
-                    ffn_norm: RmsNorm::load(&vb, "ffn_norm", hp.n_embd, hp.rms_eps)?,
-                    mlp: GatedMlp::load(&vb, hp.n_embd, hp.n_ff, Activation::GeluTanh)?,
-                    post_ffw_norm: RmsNorm::load(&vb, "post_ffw_norm", hp.n_embd, hp.rms_eps)?,
+                    ffn_norm: RmsNorm::load(&be, &vb, "ffn_norm", hp.n_embd, hp.rms_eps)?,
+                    mlp: GatedMlp::load(&be, &vb, hp.n_embd, hp.n_ff, Activation::GeluTanh)?,
+                    post_ffw_norm: RmsNorm::load(&be, &vb, "post_ffw_norm", hp.n_embd, hp.rms_eps)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let mut trunk = Trunk::load(&be, vb, hp, Some((hp.n_embd as f32).sqrt()))?;
+        trunk.final_softcap = final_softcap;
         Ok(Gemma3 {
-            trunk: Trunk::load(vb, hp, Some((hp.n_embd as f32).sqrt()))?,
+            trunk,
             blocks,
-            final_softcap,
             info,
+            be,
         })
     }
 }
 
-impl Block {
+impl<B: Backend> Block<B> {
     fn forward(
         &self,
-        x: &mut [f32],
-        positions: &[usize],
-        kv: &mut LayerKv,
+        be: &B,
+        x: &mut B::Tensor,
+        pos: &B::Positions,
+        kv: &mut B::Kv,
         name: &str,
         tap: &mut dyn Tap,
     ) -> Result<()> {
-        let rows = positions.len();
-        let h = self.attn_norm.forward(x);
-        record(tap, name, "attn_norm", rows, &h);
-        let mut attn = self.attn.forward(&h, positions, kv, name, tap)?;
-        self.post_attention_norm.forward_inplace(&mut attn);
-        record(tap, name, "attn_post_norm", rows, &attn);
-        add_inplace(x, &attn);
-        record(tap, name, "sa_out", rows, x);
-        let h = self.ffn_norm.forward(x);
-        record(tap, name, "ffn_norm", rows, &h);
-        let mut ffn = self.mlp.forward(&h, rows, name, tap)?;
-        record(tap, name, "ffn_out", rows, &ffn);
-        self.post_ffw_norm.forward_inplace(&mut ffn);
-        record(tap, name, "ffn_post_norm", rows, &ffn);
-        add_inplace(x, &ffn);
-        record(tap, name, "l_out", rows, x);
+        let h = self.attn_norm.forward(be, x)?;
+        record(be, tap, name, "attn_norm", &h)?;
+        let attn = self.attn.forward(be, &h, pos, kv, name, tap)?;
+        let attn = self.post_attention_norm.forward(be, &attn)?;
+        record(be, tap, name, "attn_post_norm", &attn)?;
+        be.add(x, &attn)?;
+        record(be, tap, name, "sa_out", x)?;
+        let h = self.ffn_norm.forward(be, x)?;
+        record(be, tap, name, "ffn_norm", &h)?;
+        let ffn = self.mlp.forward(be, &h, name, tap)?;
+        record(be, tap, name, "ffn_out", &ffn)?;
+        let ffn = self.post_ffw_norm.forward(be, &ffn)?;
+        record(be, tap, name, "ffn_post_norm", &ffn)?;
+        be.add(x, &ffn)?;
+        record(be, tap, name, "l_out", x)?;
         Ok(())
     }
 }
 
-impl CausalLm for Gemma3 {
+impl<B: Backend> CausalLm for Gemma3<B> {
     fn info(&self) -> &ModelInfo {
         &self.info
     }
 
-    fn new_cache(&self, n_ctx: usize) -> Result<KvCache> {
-        Ok(KvCache::new(&self.info.hparams.kv_layout(), n_ctx)?)
+    fn device(&self) -> String {
+        self.be.name()
+    }
+
+    fn new_cache(&self, n_ctx: usize) -> Result<Box<dyn Cache>> {
+        Ok(Box::new(KvCache::new(
+            &self.be,
+            &self.info.hparams.kv_layout(),
+            n_ctx,
+        )?))
     }
 
     fn forward(
         &self,
         tokens: &[u32],
-        cache: &mut KvCache,
+        cache: &mut dyn Cache,
         logits: Logits,
         tap: &mut dyn Tap,
     ) -> Result<Vec<f32>> {
-        let blocks = &self.blocks;
-        let mut out = self
-            .trunk
-            .run(tokens, cache, logits, tap, |il, x, pos, kv, tap| {
-                blocks[il].forward(x, pos, kv, &format!("blk.{il}"), tap)
-            })?;
-        if let Some(cap) = self.final_softcap {
-            out.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
-        }
-        Ok(out)
+        let (be, blocks) = (&self.be, &self.blocks);
+        self.trunk.run(
+            be,
+            tokens,
+            own_cache::<B>(cache)?,
+            logits,
+            tap,
+            |il, x, pos, kv, tap| blocks[il].forward(be, x, pos, kv, &format!("blk.{il}"), tap),
+        )
     }
 }

@@ -15,12 +15,14 @@ pub mod llama;
 pub mod qwen2;
 pub mod qwen3;
 
+use std::any::Any;
 use std::sync::Arc;
 
 pub use hparams::HParams;
 use synaptix_bundle::{GgufError, GgufFile};
-pub use synaptix_nn::{KvCache, NoTap, Tap};
-use synaptix_nn::{NnError, TensorSource, VarBuilder};
+use synaptix_core::Device;
+use synaptix_nn::{Backend, CpuBackend, CudaBackend, KvCache, NnError, TensorSource, VarBuilder};
+pub use synaptix_nn::{NoTap, Tap};
 
 /// Architectures [`load`] knows, as GGUF's `general.architecture` names them.
 pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3"];
@@ -35,6 +37,8 @@ pub enum ModelError {
     UnsupportedArchitecture { path: String, arch: String },
     #[error("{path}: {problem}")]
     BadHyperParameters { path: String, problem: String },
+    #[error("this KV cache belongs to a model on another device")]
+    ForeignCache,
     #[error("nothing to evaluate: no input tokens")]
     EmptyInput,
     #[error("{0} token(s) do not fit: the context holds {1} and {2} are used")]
@@ -64,26 +68,62 @@ pub struct ModelInfo {
     pub weight_bytes: u64,
 }
 
+/// A model's KV cache on whatever device the model runs, with its fill level.
+pub trait Cache: Send + Sync {
+    /// Positions `0..len` are filled.
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn capacity(&self) -> usize;
+    /// Forgets positions `n..`.
+    fn truncate(&mut self, n: usize);
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+impl<B: Backend> Cache for KvCache<B> {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+    fn truncate(&mut self, n: usize) {
+        KvCache::truncate(self, n)
+    }
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
 /// A decoder-only language model.
 pub trait CausalLm: Send + Sync {
     fn info(&self) -> &ModelInfo;
 
-    /// An empty KV cache for `n_ctx` positions.
-    fn new_cache(&self, n_ctx: usize) -> Result<KvCache>;
+    /// Where it runs: `cpu`, `cuda:0`.
+    fn device(&self) -> String;
 
-    /// Runs `tokens` at positions `cache.len..`, appends them to the cache and returns logits.
+    /// An empty KV cache for `n_ctx` positions.
+    fn new_cache(&self, n_ctx: usize) -> Result<Box<dyn Cache>>;
+
+    /// Runs `tokens` at positions `cache.len()..`, appends them to the cache and returns logits.
     /// `tap` receives named intermediates (`blk.0.attn_norm`, ..., `result_output`).
     fn forward(
         &self,
         tokens: &[u32],
-        cache: &mut KvCache,
+        cache: &mut dyn Cache,
         logits: Logits,
         tap: &mut dyn Tap,
     ) -> Result<Vec<f32>>;
 }
 
-/// Loads the model a GGUF file describes.
+/// Loads the model a GGUF file describes onto the CPU.
 pub fn load(file: Arc<GgufFile>) -> Result<Box<dyn CausalLm>> {
+    load_on(file, Device::Cpu)
+}
+
+/// Loads the model a GGUF file describes onto `device`.
+pub fn load_on(file: Arc<GgufFile>, device: Device) -> Result<Box<dyn CausalLm>> {
     let path = file.path().display().to_string();
     let arch = file
         .get_str("general.architecture")?
@@ -103,17 +143,39 @@ pub fn load(file: Arc<GgufFile>) -> Result<Box<dyn CausalLm>> {
         architecture: arch.clone(),
     };
     let vb = VarBuilder::new(file.clone() as Arc<dyn TensorSource>);
+    match device {
+        Device::Cpu => build(CpuBackend, &vb, &file, info, path),
+        Device::Cuda(n) => build(CudaBackend::new(n)?, &vb, &file, info, path),
+    }
+}
+
+fn build<B: Backend>(
+    be: B,
+    vb: &VarBuilder,
+    file: &GgufFile,
+    info: ModelInfo,
+    path: String,
+) -> Result<Box<dyn CausalLm>> {
+    let arch = info.architecture.clone();
     Ok(match arch.as_str() {
-        "llama" => Box::new(llama::load(&vb, info)?),
-        "qwen2" => Box::new(qwen2::load(&vb, info)?),
-        "qwen3" => Box::new(qwen3::load(&vb, info)?),
-        "gemma3" => Box::new(gemma3::Gemma3::load(&vb, &file, info)?),
+        "llama" => Box::new(llama::load(be, vb, info)?),
+        "qwen2" => Box::new(qwen2::load(be, vb, info)?),
+        "qwen3" => Box::new(qwen3::load(be, vb, info)?),
+        "gemma3" => Box::new(gemma3::Gemma3::load(be, vb, file, info)?),
         _ => return Err(ModelError::UnsupportedArchitecture { path, arch }),
     })
 }
 
+/// The model's own cache type inside a `dyn Cache` (a cache of another model is an error).
+pub(crate) fn own_cache<B: Backend>(cache: &mut dyn Cache) -> Result<&mut KvCache<B>> {
+    cache
+        .as_any_mut()
+        .downcast_mut::<KvCache<B>>()
+        .ok_or(ModelError::ForeignCache)
+}
+
 /// Checks that `n` more tokens fit in `cache` and returns their positions.
-pub(crate) fn next_positions(cache: &KvCache, n: usize) -> Result<Vec<usize>> {
+pub(crate) fn next_positions<B: Backend>(cache: &KvCache<B>, n: usize) -> Result<Vec<usize>> {
     if n == 0 {
         return Err(ModelError::EmptyInput);
     }

@@ -5,33 +5,35 @@
 //! [`PreNormDecoder`] is also the body of Qwen2 and Qwen3, which differ only in options.
 
 use synaptix_nn::{
-    Activation, AttentionSpec, GatedMlp, KvCache, PreNormBlock, RmsNorm, Rope, RopeStyle,
+    Activation, AttentionSpec, Backend, GatedMlp, KvCache, PreNormBlock, RmsNorm, Rope, RopeStyle,
     SelfAttention, SelfAttentionConfig, Tap, VarBuilder,
 };
 
 use crate::decoder::Trunk;
-use crate::{CausalLm, Logits, ModelInfo, Result};
+use crate::{own_cache, Cache, CausalLm, Logits, ModelInfo, Result};
 
 /// Loads a Llama-family file.
-pub fn load(vb: &VarBuilder, info: ModelInfo) -> Result<PreNormDecoder> {
-    PreNormDecoder::load(vb, info, RopeStyle::Normal, false)
+pub fn load<B: Backend>(be: B, vb: &VarBuilder, info: ModelInfo) -> Result<PreNormDecoder<B>> {
+    PreNormDecoder::load(be, vb, info, RopeStyle::Normal, false)
 }
 
 /// A decoder of standard pre-norm blocks `blk.{i}`: RMSNorm, GQA self-attention (q/k/v biases
 /// when the file has them, optional per-head QK-norm), RMSNorm, SwiGLU MLP.
-pub struct PreNormDecoder {
+pub struct PreNormDecoder<B: Backend> {
+    be: B,
     info: ModelInfo,
-    trunk: Trunk,
-    blocks: Vec<PreNormBlock>,
+    trunk: Trunk<B>,
+    blocks: Vec<PreNormBlock<B>>,
 }
 
-impl PreNormDecoder {
+impl<B: Backend> PreNormDecoder<B> {
     pub fn load(
+        be: B,
         vb: &VarBuilder,
         info: ModelInfo,
         rope_style: RopeStyle,
         qk_norm: bool,
-    ) -> Result<PreNormDecoder> {
+    ) -> Result<Self> {
         let hp = &info.hparams;
         let freq_factors = match vb.get_opt("rope_freqs.weight")? {
             Some(w) => {
@@ -63,41 +65,56 @@ impl PreNormDecoder {
             .map(|i| {
                 let vb = vb.pp("blk").pp(i);
                 Ok(PreNormBlock {
-                    attn_norm: RmsNorm::load(&vb, "attn_norm", hp.n_embd, hp.rms_eps)?,
-                    attn: SelfAttention::load(&vb, &cfg)?,
-                    ffn_norm: RmsNorm::load(&vb, "ffn_norm", hp.n_embd, hp.rms_eps)?,
-                    mlp: GatedMlp::load(&vb, hp.n_embd, hp.n_ff, Activation::Silu)?,
+                    attn_norm: RmsNorm::load(&be, &vb, "attn_norm", hp.n_embd, hp.rms_eps)?,
+                    attn: SelfAttention::load(&be, &vb, &cfg)?,
+                    ffn_norm: RmsNorm::load(&be, &vb, "ffn_norm", hp.n_embd, hp.rms_eps)?,
+                    mlp: GatedMlp::load(&be, &vb, hp.n_embd, hp.n_ff, Activation::Silu)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(PreNormDecoder {
-            trunk: Trunk::load(vb, hp, None)?,
+            trunk: Trunk::load(&be, vb, hp, None)?,
             blocks,
             info,
+            be,
         })
     }
 }
 
-impl CausalLm for PreNormDecoder {
+impl<B: Backend> CausalLm for PreNormDecoder<B> {
     fn info(&self) -> &ModelInfo {
         &self.info
     }
 
-    fn new_cache(&self, n_ctx: usize) -> Result<KvCache> {
-        Ok(KvCache::new(&self.info.hparams.kv_layout(), n_ctx)?)
+    fn device(&self) -> String {
+        self.be.name()
+    }
+
+    fn new_cache(&self, n_ctx: usize) -> Result<Box<dyn Cache>> {
+        Ok(Box::new(KvCache::new(
+            &self.be,
+            &self.info.hparams.kv_layout(),
+            n_ctx,
+        )?))
     }
 
     fn forward(
         &self,
         tokens: &[u32],
-        cache: &mut KvCache,
+        cache: &mut dyn Cache,
         logits: Logits,
         tap: &mut dyn Tap,
     ) -> Result<Vec<f32>> {
-        let blocks = &self.blocks;
-        self.trunk
-            .run(tokens, cache, logits, tap, |il, x, pos, kv, tap| {
-                Ok(blocks[il].forward(x, pos, kv, &format!("blk.{il}"), tap)?)
-            })
+        let (be, blocks) = (&self.be, &self.blocks);
+        self.trunk.run(
+            be,
+            tokens,
+            own_cache::<B>(cache)?,
+            logits,
+            tap,
+            |il, x, pos, kv, tap| {
+                Ok(blocks[il].forward(be, x, pos, kv, &format!("blk.{il}"), tap)?)
+            },
+        )
     }
 }

@@ -85,7 +85,7 @@ fn check_model(name: &str) {
     for ((prompt, prompt_ids, want), (idx, ref_vals)) in golden.prompts.iter().zip(&golden.logits) {
         let mut cache = model.new_cache(512).unwrap();
         let mut logits = model
-            .forward(prompt_ids, &mut cache, Logits::Last, &mut NoTap)
+            .forward(prompt_ids, cache.as_mut(), Logits::Last, &mut NoTap)
             .expect("forward");
         let (mut num, mut den, mut differing) = (0f64, 0f64, 0usize);
         for (&i, &r) in idx.iter().zip(ref_vals) {
@@ -104,7 +104,7 @@ fn check_model(name: &str) {
                 break;
             }
             logits = model
-                .forward(&[t], &mut cache, Logits::Last, &mut NoTap)
+                .forward(&[t], cache.as_mut(), Logits::Last, &mut NoTap)
                 .expect("forward");
         }
         eprintln!(

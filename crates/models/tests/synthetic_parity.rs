@@ -36,7 +36,7 @@ fn check(arch: &str) {
             .collect();
         let mut cache = model.new_cache(256).unwrap();
         let mut logits = model
-            .forward(&prompt, &mut cache, Logits::Last, &mut NoTap)
+            .forward(&prompt, cache.as_mut(), Logits::Last, &mut NoTap)
             .unwrap();
         assert_eq!(logits.len(), reference.len());
         let differing = logits
@@ -61,7 +61,7 @@ fn check(arch: &str) {
                 break;
             }
             logits = model
-                .forward(&[t], &mut cache, Logits::Last, &mut NoTap)
+                .forward(&[t], cache.as_mut(), Logits::Last, &mut NoTap)
                 .unwrap();
         }
         assert_eq!(got, want, "{arch}: greedy tokens");

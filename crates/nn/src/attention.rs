@@ -95,38 +95,6 @@ impl LayerKv {
     }
 }
 
-/// The KV caches of all layers plus how many positions are filled.
-#[derive(Debug, Clone)]
-pub struct KvCache {
-    pub layers: Vec<LayerKv>,
-    pub capacity: usize,
-    /// Positions `0..len` hold valid keys and values.
-    pub len: usize,
-}
-
-impl KvCache {
-    /// `per_layer[i] = (n_kv_heads, head_dim)` of layer `i`.
-    pub fn new(per_layer: &[(usize, usize)], capacity: usize) -> Result<KvCache> {
-        Ok(KvCache {
-            layers: per_layer
-                .iter()
-                .map(|&(h, d)| LayerKv::new(h, d, capacity))
-                .collect::<Result<_>>()?,
-            capacity,
-            len: 0,
-        })
-    }
-
-    pub fn bytes(&self) -> usize {
-        self.layers.iter().map(LayerKv::bytes).sum()
-    }
-
-    /// Forgets positions `n..` (the next forward writes from `n`).
-    pub fn truncate(&mut self, n: usize) {
-        self.len = self.len.min(n);
-    }
-}
-
 /// Causal attention of `q: [rows, n_heads * head_dim]` (row `r` at `positions[r]`) over the
 /// cache. Returns `[rows, n_heads * head_dim]`.
 ///

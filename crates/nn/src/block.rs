@@ -1,44 +1,35 @@
-use crate::{record, GatedMlp, LayerKv, Result, RmsNorm, SelfAttention, Tap};
+use crate::{record, Backend, GatedMlp, Result, RmsNorm, SelfAttention, Tap};
 
 /// The pre-norm transformer block of Llama, Qwen and most decoders:
 /// `h = x + attn(norm(x)); out = h + mlp(norm(h))`.
-#[derive(Debug, Clone)]
-pub struct PreNormBlock {
-    pub attn_norm: RmsNorm,
-    pub attn: SelfAttention,
-    pub ffn_norm: RmsNorm,
-    pub mlp: GatedMlp,
+pub struct PreNormBlock<B: Backend> {
+    pub attn_norm: RmsNorm<B>,
+    pub attn: SelfAttention<B>,
+    pub ffn_norm: RmsNorm<B>,
+    pub mlp: GatedMlp<B>,
 }
 
-impl PreNormBlock {
+impl<B: Backend> PreNormBlock<B> {
     /// `x: [rows, dim]`, updated in place.
     pub fn forward(
         &self,
-        x: &mut [f32],
-        positions: &[usize],
-        kv: &mut LayerKv,
+        be: &B,
+        x: &mut B::Tensor,
+        pos: &B::Positions,
+        kv: &mut B::Kv,
         name: &str,
         tap: &mut dyn Tap,
     ) -> Result<()> {
-        let rows = positions.len();
-        let h = self.attn_norm.forward(x);
-        record(tap, name, "attn_norm", rows, &h);
-        let attn = self.attn.forward(&h, positions, kv, name, tap)?;
-        add_inplace(x, &attn);
-        record(tap, name, "ffn_inp", rows, x);
-        let h = self.ffn_norm.forward(x);
-        record(tap, name, "ffn_norm", rows, &h);
-        let ffn = self.mlp.forward(&h, rows, name, tap)?;
-        record(tap, name, "ffn_out", rows, &ffn);
-        add_inplace(x, &ffn);
-        record(tap, name, "l_out", rows, x);
-        Ok(())
-    }
-}
-
-/// `x += y`, elementwise.
-pub fn add_inplace(x: &mut [f32], y: &[f32]) {
-    for (a, b) in x.iter_mut().zip(y) {
-        *a += b;
+        let h = self.attn_norm.forward(be, x)?;
+        record(be, tap, name, "attn_norm", &h)?;
+        let attn = self.attn.forward(be, &h, pos, kv, name, tap)?;
+        be.add(x, &attn)?;
+        record(be, tap, name, "ffn_inp", x)?;
+        let h = self.ffn_norm.forward(be, x)?;
+        record(be, tap, name, "ffn_norm", &h)?;
+        let ffn = self.mlp.forward(be, &h, name, tap)?;
+        record(be, tap, name, "ffn_out", &ffn)?;
+        be.add(x, &ffn)?;
+        record(be, tap, name, "l_out", x)
     }
 }

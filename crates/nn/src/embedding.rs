@@ -1,19 +1,16 @@
-use synaptix_kernels_cpu::dequantize;
-
 use crate::linear::executable;
-use crate::{NnError, Result, Weight};
+use crate::{Backend, NnError, Result, Weight};
 
 /// Token embedding table `[vocab, dim]` in any executable format; rows are dequantized on
 /// lookup, so a quantized table stays quantized in memory.
-#[derive(Debug, Clone)]
-pub struct Embedding {
-    pub weight: Weight,
-    vocab: usize,
-    dim: usize,
+pub struct Embedding<B: Backend> {
+    pub table: B::Matrix,
+    pub vocab: usize,
+    pub dim: usize,
 }
 
-impl Embedding {
-    pub fn new(weight: Weight, vocab: usize, dim: usize) -> Result<Embedding> {
+impl<B: Backend> Embedding<B> {
+    pub fn new(be: &B, weight: &Weight, vocab: usize, dim: usize) -> Result<Self> {
         weight.expect_shape(&[vocab, dim])?;
         if !executable(weight.dtype) {
             return Err(NnError::UnsupportedWeight {
@@ -21,32 +18,21 @@ impl Embedding {
                 dtype: weight.dtype,
             });
         }
-        Ok(Embedding { weight, vocab, dim })
+        Ok(Embedding {
+            table: be.matrix(weight)?,
+            vocab,
+            dim,
+        })
     }
 
-    pub fn vocab(&self) -> usize {
-        self.vocab
-    }
-
-    pub fn dim(&self) -> usize {
-        self.dim
-    }
-
-    /// `ids: [n]` -> `[n, dim]`. Ids outside the vocabulary are an error.
-    pub fn lookup(&self, ids: &[u32]) -> Result<Vec<f32>> {
-        let row_bytes = self.weight.data.len() / self.vocab;
-        let mut out = vec![0f32; ids.len() * self.dim];
-        for (&id, dst) in ids.iter().zip(out.chunks_exact_mut(self.dim)) {
-            let id = id as usize;
-            if id >= self.vocab {
-                return Err(NnError::Kernel(synaptix_core::Error::Invalid {
-                    op: "embedding",
-                    detail: format!("token id {id} is outside the vocabulary of {}", self.vocab),
-                }));
-            }
-            let src = &self.weight.data.as_bytes()[id * row_bytes..(id + 1) * row_bytes];
-            dequantize(self.weight.dtype, src, dst)?;
+    /// `ids: [n]` -> `[n, dim]`, times `scale`. Ids outside the vocabulary are an error.
+    pub fn lookup(&self, be: &B, ids: &[u32], scale: Option<f32>) -> Result<B::Tensor> {
+        if let Some(&bad) = ids.iter().find(|&&id| id as usize >= self.vocab) {
+            return Err(NnError::Kernel(synaptix_core::Error::Invalid {
+                op: "embedding",
+                detail: format!("token id {bad} is outside the vocabulary of {}", self.vocab),
+            }));
         }
-        Ok(out)
+        be.embed(&self.table, ids, scale)
     }
 }

@@ -7,6 +7,8 @@ pub enum NnError {
     Kernel(#[from] synaptix_core::Error),
     #[error(transparent)]
     Gguf(#[from] GgufError),
+    #[error(transparent)]
+    Cuda(#[from] synaptix_kernels_cuda::CudaError),
     #[error("{source_name}: missing tensor '{name}'")]
     MissingTensor { source_name: String, name: String },
     #[error("tensor '{name}' has shape {shape}, expected {expected}")]

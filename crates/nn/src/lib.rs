@@ -1,17 +1,20 @@
-//! synaptix-nn: the layers models are built from.
+//! synaptix-nn: the layers models are built from, on any [`Backend`].
 //!
 //! Every layer takes its weights by name from a [`VarBuilder`] (any source: GGUF today,
 //! safetensors and `.syn` later) and accepts every weight format the kernels execute:
-//! quantized or dense is a property of [`Linear`], never of the model file.
-//!
-//! Activations are row-major `f32` matrices passed as slices with an explicit row count:
-//! `x: [rows, cols]`.
+//! quantized or dense is a property of [`Linear`], never of the model file. Layers are generic
+//! over the backend that holds their weights and runs their ops: [`CpuBackend`] (bit-exact with
+//! llama.cpp's portable build) or [`CudaBackend`].
 
 mod attention;
+mod backend;
 mod block;
+pub mod cpu;
+pub mod cuda;
 mod embedding;
 mod error;
 pub mod ggml_math;
+mod kv;
 mod linear;
 mod mlp;
 mod norm;
@@ -20,10 +23,14 @@ mod self_attention;
 mod tap;
 mod weights;
 
-pub use attention::{attend, AttentionSpec, KvCache, LayerKv};
-pub use block::{add_inplace, PreNormBlock};
+pub use attention::{attend, AttentionSpec, LayerKv};
+pub use backend::Backend;
+pub use block::PreNormBlock;
+pub use cpu::{CpuBackend, CpuTensor};
+pub use cuda::CudaBackend;
 pub use embedding::Embedding;
 pub use error::{NnError, Result};
+pub use kv::KvCache;
 pub use linear::Linear;
 pub use mlp::{Activation, GatedMlp};
 pub use norm::RmsNorm;

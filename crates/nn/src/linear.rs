@@ -1,9 +1,8 @@
 use synaptix_core::DType;
-use synaptix_kernels_cpu::{matmul, WeightView};
 
-use crate::{NnError, Result, VarBuilder, Weight};
+use crate::{Backend, NnError, Result, VarBuilder, Weight};
 
-/// Weight formats the CPU kernels execute.
+/// Weight formats the kernels execute (CPU and CUDA alike).
 pub(crate) fn executable(dtype: DType) -> bool {
     use DType::*;
     matches!(
@@ -13,16 +12,23 @@ pub(crate) fn executable(dtype: DType) -> bool {
 }
 
 /// `y = x · Wᵀ (+ b)` with `W: [out, in]` in any executable format.
-#[derive(Debug, Clone)]
-pub struct Linear {
-    pub weight: Weight,
+pub struct Linear<B: Backend> {
+    pub weight: B::Matrix,
     /// `[out]`
-    pub bias: Option<Vec<f32>>,
+    pub bias: Option<B::Vector>,
+    pub out_dim: usize,
+    pub in_dim: usize,
 }
 
-impl Linear {
+impl<B: Backend> Linear<B> {
     /// Loads `{name}.weight` (and `{name}.bias` when present), checking `[out, in]`.
-    pub fn load(vb: &VarBuilder, name: &str, out_dim: usize, in_dim: usize) -> Result<Linear> {
+    pub fn load(
+        be: &B,
+        vb: &VarBuilder,
+        name: &str,
+        out_dim: usize,
+        in_dim: usize,
+    ) -> Result<Self> {
         let weight = vb.get(&format!("{name}.weight"))?;
         let bias = match vb.get_opt(&format!("{name}.bias"))? {
             Some(b) => {
@@ -31,15 +37,16 @@ impl Linear {
             }
             None => None,
         };
-        Linear::from_weight(weight, bias, out_dim, in_dim)
+        Linear::from_weight(be, &weight, bias, out_dim, in_dim)
     }
 
     pub fn from_weight(
-        weight: Weight,
+        be: &B,
+        weight: &Weight,
         bias: Option<Vec<f32>>,
         out_dim: usize,
         in_dim: usize,
-    ) -> Result<Linear> {
+    ) -> Result<Self> {
         weight.expect_shape(&[out_dim, in_dim])?;
         if !executable(weight.dtype) {
             return Err(NnError::UnsupportedWeight {
@@ -47,39 +54,16 @@ impl Linear {
                 dtype: weight.dtype,
             });
         }
-        Ok(Linear { weight, bias })
+        Ok(Linear {
+            weight: be.matrix(weight)?,
+            bias: bias.map(|b| be.vector(b)).transpose()?,
+            out_dim,
+            in_dim,
+        })
     }
 
-    pub fn out_dim(&self) -> usize {
-        self.weight.shape.dims()[0]
-    }
-
-    pub fn in_dim(&self) -> usize {
-        self.weight.shape.dims()[1]
-    }
-
-    /// `x: [rows, in]` -> `y: [rows, out]`.
-    pub fn forward(&self, x: &[f32], rows: usize) -> Result<Vec<f32>> {
-        let mut y = vec![0f32; rows * self.out_dim()];
-        self.forward_into(x, rows, &mut y)?;
-        Ok(y)
-    }
-
-    pub fn forward_into(&self, x: &[f32], rows: usize, y: &mut [f32]) -> Result<()> {
-        let view = WeightView {
-            dtype: self.weight.dtype,
-            data: self.weight.data.as_bytes(),
-            rows: self.out_dim(),
-            cols: self.in_dim(),
-        };
-        matmul(view, x, rows, y)?;
-        if let Some(bias) = &self.bias {
-            for row in y.chunks_exact_mut(bias.len()) {
-                for (v, b) in row.iter_mut().zip(bias) {
-                    *v += b;
-                }
-            }
-        }
-        Ok(())
+    /// `x: [rows, in]` -> `[rows, out]`.
+    pub fn forward(&self, be: &B, x: &B::Tensor) -> Result<B::Tensor> {
+        be.linear(x, &self.weight, self.bias.as_ref())
     }
 }

@@ -2,7 +2,7 @@ use std::sync::OnceLock;
 
 use half::f16;
 
-use crate::{record, Linear, Result, Tap, VarBuilder};
+use crate::{record, Backend, Linear, Result, Tap, VarBuilder};
 
 /// The gate activation of a gated MLP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,26 +14,26 @@ pub enum Activation {
 }
 
 /// `down(act(gate(x)) * up(x))`.
-#[derive(Debug, Clone)]
-pub struct GatedMlp {
-    pub gate: Linear,
-    pub up: Linear,
-    pub down: Linear,
+pub struct GatedMlp<B: Backend> {
+    pub gate: Linear<B>,
+    pub up: Linear<B>,
+    pub down: Linear<B>,
     pub activation: Activation,
 }
 
-impl GatedMlp {
+impl<B: Backend> GatedMlp<B> {
     /// Loads `ffn_gate`, `ffn_up`, `ffn_down` under `vb`.
     pub fn load(
+        be: &B,
         vb: &VarBuilder,
         dim: usize,
         hidden: usize,
         activation: Activation,
     ) -> Result<Self> {
         Ok(GatedMlp {
-            gate: Linear::load(vb, "ffn_gate", hidden, dim)?,
-            up: Linear::load(vb, "ffn_up", hidden, dim)?,
-            down: Linear::load(vb, "ffn_down", dim, hidden)?,
+            gate: Linear::load(be, vb, "ffn_gate", hidden, dim)?,
+            up: Linear::load(be, vb, "ffn_up", hidden, dim)?,
+            down: Linear::load(be, vb, "ffn_down", dim, hidden)?,
             activation,
         })
     }
@@ -41,30 +41,18 @@ impl GatedMlp {
     /// `x: [rows, dim]` -> `[rows, dim]`; `name` prefixes tapped intermediates.
     pub fn forward(
         &self,
-        x: &[f32],
-        rows: usize,
+        be: &B,
+        x: &B::Tensor,
         name: &str,
         tap: &mut dyn Tap,
-    ) -> Result<Vec<f32>> {
-        let mut gate = self.gate.forward(x, rows)?;
-        let up = self.up.forward(x, rows)?;
-        record(tap, name, "ffn_gate", rows, &gate);
-        record(tap, name, "ffn_up", rows, &up);
-        match self.activation {
-            Activation::Silu => {
-                let n = self.gate.out_dim();
-                for (g, u) in gate.chunks_exact_mut(n).zip(up.chunks_exact(n)) {
-                    crate::ggml_math::swiglu_inplace(g, u);
-                }
-            }
-            Activation::GeluTanh => {
-                for (g, u) in gate.iter_mut().zip(&up) {
-                    *g = gelu_tanh_f16_table(*g) * u;
-                }
-            }
-        }
-        record(tap, name, "ffn_act", rows, &gate);
-        self.down.forward(&gate, rows)
+    ) -> Result<B::Tensor> {
+        let gate = self.gate.forward(be, x)?;
+        let up = self.up.forward(be, x)?;
+        record(be, tap, name, "ffn_gate", &gate)?;
+        record(be, tap, name, "ffn_up", &up)?;
+        let act = be.glu(&gate, &up, self.activation)?;
+        record(be, tap, name, "ffn_act", &act)?;
+        self.down.forward(be, &act)
     }
 }
 

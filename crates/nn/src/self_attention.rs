@@ -1,15 +1,14 @@
-use crate::{attend, AttentionSpec, LayerKv, Linear, Result, RmsNorm, Rope, Tap, VarBuilder};
+use crate::{AttentionSpec, Backend, Linear, Result, RmsNorm, Rope, Tap, VarBuilder};
 
 /// Multi-head self-attention with GQA: `attn_q/k/v` (optional biases), optional per-head
 /// QK-norm (`attn_q_norm`, `attn_k_norm`), RoPE, the KV-cache write, attention and `attn_output`.
-#[derive(Debug, Clone)]
-pub struct SelfAttention {
-    pub q: Linear,
-    pub k: Linear,
-    pub v: Linear,
-    pub o: Linear,
-    pub q_norm: Option<RmsNorm>,
-    pub k_norm: Option<RmsNorm>,
+pub struct SelfAttention<B: Backend> {
+    pub q: Linear<B>,
+    pub k: Linear<B>,
+    pub v: Linear<B>,
+    pub o: Linear<B>,
+    pub q_norm: Option<RmsNorm<B>>,
+    pub k_norm: Option<RmsNorm<B>>,
     pub rope: Rope,
     pub spec: AttentionSpec,
     /// Applied to `q` after RoPE, before the f16 rounding of attention (Gemma's query scale).
@@ -27,22 +26,22 @@ pub struct SelfAttentionConfig {
     pub q_scale: Option<f32>,
 }
 
-impl SelfAttention {
-    pub fn load(vb: &VarBuilder, cfg: &SelfAttentionConfig) -> Result<SelfAttention> {
+impl<B: Backend> SelfAttention<B> {
+    pub fn load(be: &B, vb: &VarBuilder, cfg: &SelfAttentionConfig) -> Result<Self> {
         let s = &cfg.spec;
         let (q_dim, kv_dim) = (s.n_heads * s.head_dim, s.n_kv_heads * s.head_dim);
         let (q_norm, k_norm) = match cfg.qk_norm_eps {
             Some(eps) => (
-                Some(RmsNorm::load(vb, "attn_q_norm", s.head_dim, eps)?),
-                Some(RmsNorm::load(vb, "attn_k_norm", s.head_dim, eps)?),
+                Some(RmsNorm::load(be, vb, "attn_q_norm", s.head_dim, eps)?),
+                Some(RmsNorm::load(be, vb, "attn_k_norm", s.head_dim, eps)?),
             ),
             None => (None, None),
         };
         Ok(SelfAttention {
-            q: Linear::load(vb, "attn_q", q_dim, cfg.dim)?,
-            k: Linear::load(vb, "attn_k", kv_dim, cfg.dim)?,
-            v: Linear::load(vb, "attn_v", kv_dim, cfg.dim)?,
-            o: Linear::load(vb, "attn_output", cfg.dim, q_dim)?,
+            q: Linear::load(be, vb, "attn_q", q_dim, cfg.dim)?,
+            k: Linear::load(be, vb, "attn_k", kv_dim, cfg.dim)?,
+            v: Linear::load(be, vb, "attn_v", kv_dim, cfg.dim)?,
+            o: Linear::load(be, vb, "attn_output", cfg.dim, q_dim)?,
             q_norm,
             k_norm,
             rope: cfg.rope.clone(),
@@ -51,54 +50,62 @@ impl SelfAttention {
         })
     }
 
-    /// `x: [rows, dim]` at `positions` -> `[rows, dim]`; writes this step's keys and values
-    /// into `kv` first. `name` prefixes tapped intermediates (`blk.3`).
+    /// `x: [rows, dim]` at `pos` -> `[rows, dim]`; stores this step's keys and values in `kv`.
+    /// `name` prefixes tapped intermediates (`blk.3`).
     pub fn forward(
         &self,
-        x: &[f32],
-        positions: &[usize],
-        kv: &mut LayerKv,
+        be: &B,
+        x: &B::Tensor,
+        pos: &B::Positions,
+        kv: &mut B::Kv,
         name: &str,
         tap: &mut dyn Tap,
-    ) -> Result<Vec<f32>> {
-        let rows = positions.len();
+    ) -> Result<B::Tensor> {
         let s = &self.spec;
-        let mut q = self.q.forward(x, rows)?;
-        let mut k = self.k.forward(x, rows)?;
-        let v = self.v.forward(x, rows)?;
-        record(tap, name, "Qcur", rows, &q);
-        record(tap, name, "Kcur", rows, &k);
-        record(tap, name, "Vcur", rows, &v);
+        let mut q = self.q.forward(be, x)?;
+        let mut k = self.k.forward(be, x)?;
+        let v = self.v.forward(be, x)?;
+        record(be, tap, name, "Qcur", &q)?;
+        record(be, tap, name, "Kcur", &k)?;
+        record(be, tap, name, "Vcur", &v)?;
         if let (Some(qn), Some(kn)) = (&self.q_norm, &self.k_norm) {
-            qn.forward_inplace(&mut q);
-            kn.forward_inplace(&mut k);
-            record(tap, name, "Qcur_normed", rows, &q);
-            record(tap, name, "Kcur_normed", rows, &k);
+            q = qn.forward(be, &q)?;
+            k = kn.forward(be, &k)?;
+            record(be, tap, name, "Qcur_normed", &q)?;
+            record(be, tap, name, "Kcur_normed", &k)?;
         }
-        self.rope.apply(&mut q, s.n_heads, s.head_dim, positions);
-        self.rope.apply(&mut k, s.n_kv_heads, s.head_dim, positions);
+        be.rope(&mut q, &self.rope, s.n_heads, s.head_dim, pos)?;
+        be.rope(&mut k, &self.rope, s.n_kv_heads, s.head_dim, pos)?;
         if let Some(scale) = self.q_scale {
-            q.iter_mut().for_each(|v| *v *= scale);
+            be.scale(&mut q, scale)?;
         }
-        record(tap, name, "Qcur_rope", rows, &q);
-        record(tap, name, "Kcur_rope", rows, &k);
-        kv.write(&k, &v, positions)?;
-        let attn = attend(s, &q, kv, positions);
-        record(tap, name, "kqv_out", rows, &attn);
-        let out = self.o.forward(&attn, rows)?;
-        record(tap, name, "attn_out", rows, &out);
+        record(be, tap, name, "Qcur_rope", &q)?;
+        record(be, tap, name, "Kcur_rope", &k)?;
+        let attn = be.attention(&q, &k, &v, kv, pos, s)?;
+        record(be, tap, name, "kqv_out", &attn)?;
+        let out = self.o.forward(be, &attn)?;
+        record(be, tap, name, "attn_out", &out)?;
         Ok(out)
     }
 }
 
-/// Records `{layer}.{what}` when the tap wants it.
-pub fn record(tap: &mut dyn Tap, layer: &str, what: &str, rows: usize, data: &[f32]) {
+/// Records `{layer}.{what}` when the tap wants it (copying it to the host).
+pub fn record<B: Backend>(
+    be: &B,
+    tap: &mut dyn Tap,
+    layer: &str,
+    what: &str,
+    x: &B::Tensor,
+) -> Result<()> {
     let full = if layer.is_empty() {
         what.to_string()
     } else {
         format!("{layer}.{what}")
     };
-    if tap.wants(&full) && rows > 0 {
-        tap.record(&full, rows, data.len() / rows, data);
+    if tap.wants(&full) {
+        let (rows, cols) = be.shape(x);
+        let data = be.to_host(x)?;
+        tap.record(&full, rows, cols, &data);
     }
+    Ok(())
 }

@@ -1,0 +1,28 @@
+use crate::{Backend, Result};
+
+/// The KV caches of all layers on one backend, plus how many positions are filled.
+pub struct KvCache<B: Backend> {
+    pub layers: Vec<B::Kv>,
+    pub capacity: usize,
+    /// Positions `0..len` hold valid keys and values.
+    pub len: usize,
+}
+
+impl<B: Backend> KvCache<B> {
+    /// `per_layer[i] = (n_kv_heads, head_dim)` of layer `i`.
+    pub fn new(be: &B, per_layer: &[(usize, usize)], capacity: usize) -> Result<Self> {
+        Ok(KvCache {
+            layers: per_layer
+                .iter()
+                .map(|&(h, d)| be.kv(h, d, capacity))
+                .collect::<Result<_>>()?,
+            capacity,
+            len: 0,
+        })
+    }
+
+    /// Forgets positions `n..` (the next forward writes from `n`).
+    pub fn truncate(&mut self, n: usize) {
+        self.len = self.len.min(n);
+    }
+}
