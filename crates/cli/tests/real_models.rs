@@ -286,12 +286,18 @@ fn device_flag_is_checked() {
         let out = synaptix(&["run", &gemma(), "hi", "-n", "1", "--device", "cuda"]);
         assert!(!out.status.success());
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.starts_with("error: --device cuda: CUDA is not available"), "{err}");
+        assert!(
+            err.starts_with("error: --device cuda: CUDA is not available"),
+            "{err}"
+        );
         assert_eq!(err.trim().lines().count(), 1, "{err}");
         // auto falls back to the CPU with a one-line notice.
         let out = synaptix(&["run", &gemma(), "hi", "-n", "1"]);
         assert!(out.status.success());
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("note: no usable GPU") && err.contains("running on the CPU"), "{err}");
+        assert!(
+            err.contains("note: no usable GPU") && err.contains("running on the CPU"),
+            "{err}"
+        );
     }
 }
