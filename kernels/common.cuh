@@ -62,6 +62,24 @@ __device__ __forceinline__ float block_sum(float v) {
     return warp_sum(v);
 }
 
+__device__ __forceinline__ double warp_sum_f64(double v) {
+#pragma unroll
+    for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ double block_sum_f64(double v) {
+    __shared__ double partial_d[32];
+    v = warp_sum_f64(v);
+    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    __syncthreads();
+    if (lane == 0) partial_d[warp] = v;
+    __syncthreads();
+    const int n_warps = blockDim.x / WARP;
+    v = lane < n_warps ? partial_d[lane] : 0.0;
+    return warp_sum_f64(v);
+}
+
 __device__ __forceinline__ float block_max(float v) {
     __shared__ float partial[32];
     v = warp_max(v);
@@ -72,6 +90,46 @@ __device__ __forceinline__ float block_max(float v) {
     const int n_warps = blockDim.x / WARP;
     v = lane < n_warps ? partial[lane] : -INFINITY;
     return warp_max(v);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Arithmetic of llama.cpp's portable CPU build (the reference synaptix's CPU path reproduces),
+// with rounding intrinsics so that no multiply-add is fused where the reference has two ops.
+
+__device__ __forceinline__ float madd_rn(float a, float b, float c) { return __fadd_rn(__fmul_rn(a, b), c); }
+
+// ggml's SSE2 polynomial exp (range reduction by ln 2, degree-5 polynomial, scaling beyond
+// |n| > 126, flush beyond 192), lane for lane.
+__device__ __forceinline__ float ggml_expf(float x) {
+    const float r = __int_as_float(0x4b400000);
+    const float z = madd_rn(x, __int_as_float(0x3fb8aa3b), r);
+    const float n = __fsub_rn(z, r);
+    const float b = __fsub_rn(__fsub_rn(x, __fmul_rn(n, __int_as_float(0x3f317200))),
+                              __fmul_rn(n, __int_as_float(0x35bfbe8e)));
+    const u32 e = __float_as_uint(z) << 23;
+    const float k = __uint_as_float(e + 0x3f800000u);
+    const float u = __fmul_rn(b, b);
+    const float j = madd_rn(madd_rn(madd_rn(__int_as_float(0x3c072010), b, __int_as_float(0x3d2b9f17)), u,
+                                    madd_rn(__int_as_float(0x3e2aaf33), b, __int_as_float(0x3efffedb))),
+                            u, __fmul_rn(__int_as_float(0x3f7ffff6), b));
+    if (fabsf(n) <= 126.0f) return madd_rn(j, k, k);
+    const u32 g = n <= 0.0f ? 0x82000000u : 0u;
+    const float s1 = __uint_as_float(g + 0x7f000000u);
+    const float s2 = __uint_as_float(e - g);
+    if (fabsf(n) > 192.0f) return __fmul_rn(s1, s1);
+    return __fmul_rn(madd_rn(s2, j, s2), s1);
+}
+
+// The tanh GELU as ggml's CPU evaluates it: input rounded to f16, result rounded to f16,
+// saturating outside ±10.
+__device__ __forceinline__ float gelu_f16_table(float x) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    const float h = f16_to_f32(f32_to_f16(x));
+    const float sqrt_2_over_pi = 0.79788456080286535587989211986876f;
+    const float inner = __fmul_rn(__fmul_rn(sqrt_2_over_pi, h), __fadd_rn(1.0f, __fmul_rn(__fmul_rn(0.044715f, h), h)));
+    const float g = __fmul_rn(__fmul_rn(0.5f, h), __fadd_rn(1.0f, tanhf(inner)));
+    return f16_to_f32(f32_to_f16(g));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -19,24 +19,22 @@ extern "C" __global__ void add_bias_f32(float* x, const float* bias, int rows, i
     if (i < rows * cols) x[i] += bias[i % cols];
 }
 
-// SwiGLU: out = silu(gate) * up
-extern "C" __global__ void swiglu_f32(float* out, const float* gate, const float* up, int n) {
+// SwiGLU: out = silu(gate) * up, over rows of `cols`. As the reference: ggml's polynomial exp
+// for groups of four within a row, libm-style expf for the row's tail.
+extern "C" __global__ void swiglu_f32(float* out, const float* gate, const float* up, int n, int cols) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         const float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
+        const int c = i % cols;
+        const float e = c < cols / 4 * 4 ? ggml_expf(__fsub_rn(0.0f, g)) : expf(-g);
+        out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, e)), up[i]);
     }
 }
 
-// GeGLU with the tanh approximation of GELU: out = gelu(gate) * up
+// GeGLU with the tanh approximation of GELU: out = gelu(gate) * up, GELU as ggml's f16 table.
 extern "C" __global__ void geglu_f32(float* out, const float* gate, const float* up, int n) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        const float x = gate[i];
-        const float sqrt_2_over_pi = 0.79788456080286535587989211986876f;
-        const float g = 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x * (1.0f + 0.044715f * x * x)));
-        out[i] = g * up[i];
-    }
+    if (i < n) out[i] = __fmul_rn(gelu_f16_table(gate[i]), up[i]);
 }
 
 // x = cap * tanh(x / cap) (final-logit soft-capping)

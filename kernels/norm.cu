@@ -7,9 +7,11 @@ extern "C" __global__ void rms_norm_f32(float* out, const float* x, const float*
     const int row = blockIdx.x;
     const float* xr = x + (i64)row * cols;
     float* yr = out + (i64)row * cols;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) ss += xr[i] * xr[i];
-    ss = block_sum(ss);
-    const float scale = rsqrtf(ss / (float)cols + eps);
-    for (int i = threadIdx.x; i < cols; i += blockDim.x) yr[i] = xr[i] * scale * w[i];
+    // As the reference: f32 squares summed in f64, 1/sqrtf(mean + eps), scale, then weight.
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) ss += (double)__fmul_rn(xr[i], xr[i]);
+    ss = block_sum_f64(ss);
+    const float mean = (float)(ss / (double)cols);
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) yr[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
 }

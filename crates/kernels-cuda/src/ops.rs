@@ -161,19 +161,26 @@ pub fn glu(
     out: &mut DeviceBuffer<f32>,
     gate: &DeviceBuffer<f32>,
     up: &DeviceBuffer<f32>,
+    cols: usize,
 ) -> Result<()> {
     let n = out.len();
-    check("glu", gate.len() == n && up.len() == n, || {
-        format!("lengths {} {} {n}", gate.len(), up.len())
-    })?;
+    check(
+        "glu",
+        gate.len() == n && up.len() == n && cols > 0 && n.is_multiple_of(cols),
+        || format!("lengths {} {} {n}, rows of {cols}", gate.len(), up.len()),
+    )?;
     let name = match kind {
         Glu::Silu => "swiglu_f32",
         Glu::GeluTanh => "geglu_f32",
     };
     let f = dev.function("elementwise", name)?;
     let n32 = i32_arg("glu", "n", n)?;
+    let c32 = i32_arg("glu", "cols", cols)?;
     let mut l = dev.stream().launch_builder(&f);
     l.arg(out).arg(gate).arg(up).arg(&n32);
+    if kind == Glu::Silu {
+        l.arg(&c32);
+    }
     // SAFETY: `n` elements each.
     unsafe {
         l.launch(LaunchConfig {
@@ -258,6 +265,8 @@ pub fn rope(
     let f = dev.function("rope", "rope_f32")?;
     let (nh, hd, nr) = (p.n_heads as i32, p.head_dim as i32, p.n_rot as i32);
     let neox = p.neox as i32;
+    // base^(-2/n_rot) on the host, with the C library's powf, as the CPU reference computes it.
+    let theta_scale = p.base.powf(-2.0 / p.n_rot as f32);
     let null: u64 = 0;
     let mut l = dev.stream().launch_builder(&f);
     l.arg(x)
@@ -265,7 +274,7 @@ pub fn rope(
         .arg(&nh)
         .arg(&hd)
         .arg(&nr)
-        .arg(&p.base)
+        .arg(&theta_scale)
         .arg(&p.freq_scale);
     match factors {
         Some(ff) => l.arg(ff),
@@ -494,7 +503,8 @@ pub fn attention(
             )
         },
     )?;
-    let smem = ((max_pos + 1) * 4) as u32;
+    // Scores for positions 0..=max_pos rounded up to groups of four, then the f16-rounded query.
+    let smem = (((max_pos + 1).next_multiple_of(4) + kv.head_dim) * 4) as u32;
     check("attention", smem <= 48 * 1024, || {
         format!(
             "{} positions exceed this kernel's shared-memory score buffer",

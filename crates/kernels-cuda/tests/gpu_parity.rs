@@ -160,7 +160,7 @@ fn elementwise_and_norm() {
         }),
     ] {
         let mut out = poisoned(&dev, n);
-        ops::glu(&dev, kind, &mut out, &da, &db).unwrap();
+        ops::glu(&dev, kind, &mut out, &da, &db, 1000).unwrap();
         let want: Vec<f32> = a.iter().zip(&b).map(|(g, u)| f(*g) * u).collect();
         let e = nmse(&dev.download(&out).unwrap(), &want);
         assert!(e < 1e-10, "{kind:?}: nmse {e:e}");
@@ -224,9 +224,12 @@ fn rope_both_layouts() {
         for (r, &pos) in positions.iter().enumerate() {
             for h in 0..3 {
                 let head = &mut want[(r * 3 + h) * 64..(r * 3 + h + 1) * 64];
+                // As the reference: theta built by repeated f32 multiplication.
+                let theta_scale = 10000f32.powf(-2.0 / 48.0);
+                let mut theta_base = pos as f32;
                 for (i, factor) in factors.iter().enumerate() {
-                    let theta =
-                        pos as f64 * 10000f64.powf(-2.0 * i as f64 / 48.0) / *factor as f64 * 0.5;
+                    let theta = (0.5 * (theta_base / factor)) as f64;
+                    theta_base *= theta_scale;
                     let (a, b) = if neox {
                         (i, i + 24)
                     } else {

@@ -194,7 +194,14 @@ impl Backend for CudaBackend {
             Activation::Silu => Glu::Silu,
             Activation::GeluTanh => Glu::GeluTanh,
         };
-        ops::glu(&self.device, kind, &mut out.buf, &gate.buf, &up.buf)?;
+        ops::glu(
+            &self.device,
+            kind,
+            &mut out.buf,
+            &gate.buf,
+            &up.buf,
+            gate.cols,
+        )?;
         Ok(out)
     }
 
