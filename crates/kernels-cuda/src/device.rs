@@ -97,6 +97,15 @@ impl CudaDevice {
         Ok(self.stream.clone_htod(host)?)
     }
 
+    /// Memory whose contents are whatever the allocator left there.
+    ///
+    /// # Safety
+    /// Every element must be written before it is read (each kernel writes its whole output).
+    pub unsafe fn uninit<T: DeviceRepr>(&self, n: usize) -> Result<DeviceBuffer<T>> {
+        // SAFETY: forwarded to the caller.
+        Ok(unsafe { self.stream.alloc(n) }?)
+    }
+
     pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<DeviceBuffer<T>> {
         Ok(self.stream.alloc_zeros(n)?)
     }
