@@ -359,8 +359,358 @@ pub fn get_rows(
     Ok(())
 }
 
-/// `y: [m, rows] = x: [m, cols] · Wᵀ`.
+/// The activation format ggml pairs with quantized weights of `dtype`: Q8_0 for Q4_0, Q5_0 and
+/// Q8_0, Q8_1 for Q4_1 and Q5_1, Q8_K for the k-quants; `None` for float weights (F32, F16,
+/// BF16), whose activations stay f32 (rounded to the weight type inside the kernel).
+pub fn activation_format(dtype: DType) -> Option<DType> {
+    use DType::*;
+    match dtype {
+        Q4_0 | Q5_0 | Q8_0 => Some(Q8_0),
+        Q4_1 | Q5_1 => Some(Q8_1),
+        Q2K | Q3K | Q4K | Q5K | Q6K => Some(Q8K),
+        _ => None,
+    }
+}
+
+/// Activation rows quantized on the GPU for one quantized weight format, exactly as the CPU
+/// (ggml's reference quantizers) quantizes them: same quants, same scales, bit for bit.
+///
+/// One byte buffer (see `kernels/quantize.cu`): the `rows × cols` int8 quants, then per block
+/// the scales (Q8_0 / Q8_1: half bits of `d` and `s` plus the block's Σq; Q8_K: f32 `d`), then
+/// for Q8_K the i16 sums of 16 quants. Quantize once with [`quantize_acts`], then multiply by any
+/// number of weight matrices of formats with the same [`activation_format`] with
+/// [`matvec_quantized`] (Q, K and V, or gate and up, share one quantization).
+pub struct DeviceActs {
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    /// Byte offsets of the per-block scales and of the Q8_K sums of 16.
+    meta_offset: usize,
+    bsums_offset: usize,
+    buf: DeviceBuffer<u8>,
+}
+
+impl DeviceActs {
+    /// Room for `rows` activation rows of `cols` values, quantized for `weight_dtype` weights.
+    pub fn new(
+        dev: &CudaDevice,
+        weight_dtype: DType,
+        rows: usize,
+        cols: usize,
+    ) -> Result<DeviceActs> {
+        let dtype = activation_format(weight_dtype).ok_or_else(|| CudaError::Invalid {
+            op: "quantize_acts",
+            detail: format!("{weight_dtype} weights take f32 activations"),
+        })?;
+        check(
+            "quantize_acts",
+            cols.is_multiple_of(dtype.block_len()),
+            || format!("rows of {cols} are not whole {dtype} blocks"),
+        )?;
+        let n = rows * cols;
+        let meta_offset = n.next_multiple_of(16);
+        let meta_bytes = n / dtype.block_len() * if dtype == DType::Q8K { 4 } else { 8 };
+        let bsums_offset = (meta_offset + meta_bytes).next_multiple_of(16);
+        let bytes = if dtype == DType::Q8K {
+            bsums_offset + n / 16 * 2
+        } else {
+            bsums_offset
+        };
+        // SAFETY: quantize_acts writes every quant, scale and sum before a kernel reads them
+        // (the alignment padding between the regions is never read).
+        let buf = unsafe { dev.uninit::<u8>(bytes.max(1)) }?;
+        Ok(DeviceActs {
+            dtype,
+            rows,
+            cols,
+            meta_offset,
+            bsums_offset,
+            buf,
+        })
+    }
+
+    /// The activation format: Q8_0, Q8_1 or Q8_K.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    fn blocks(&self) -> usize {
+        self.rows * self.cols / self.dtype.block_len()
+    }
+
+    /// The rows in ggml's block layout (`block_q8_0`, `block_q8_1` or `block_q8_K` structs,
+    /// rows back to back), for comparisons with the CPU quantizer.
+    pub fn to_ggml_bytes(&self, dev: &CudaDevice) -> Result<Vec<u8>> {
+        let raw = dev.download(&self.buf)?;
+        let (n, bl) = (self.rows * self.cols, self.dtype.block_len());
+        let qs = &raw[..n];
+        let meta = &raw[self.meta_offset..];
+        let mut out = Vec::with_capacity(self.blocks() * self.dtype.block_bytes());
+        for (b, q) in qs.chunks_exact(bl).enumerate() {
+            match self.dtype {
+                DType::Q8K => {
+                    out.extend_from_slice(&meta[4 * b..4 * b + 4]);
+                    out.extend_from_slice(q);
+                    let bs = self.bsums_offset + b * 32;
+                    out.extend_from_slice(&raw[bs..bs + 32]);
+                }
+                _ => {
+                    let m = &meta[8 * b..8 * b + 8];
+                    out.extend_from_slice(&m[0..2]); // d
+                    if self.dtype == DType::Q8_1 {
+                        out.extend_from_slice(&m[2..4]); // s
+                    }
+                    out.extend_from_slice(q);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Quantizes `x: [acts.rows(), acts.cols()]` into `acts` on the GPU (ggml's reference
+/// quantizers, bit for bit).
+pub fn quantize_acts(dev: &CudaDevice, acts: &mut DeviceActs, x: &DeviceBuffer<f32>) -> Result<()> {
+    check("quantize_acts", x.len() == acts.rows * acts.cols, || {
+        format!(
+            "x has {} values for [{}, {}]",
+            x.len(),
+            acts.rows,
+            acts.cols
+        )
+    })?;
+    let n_blocks = acts.blocks();
+    if n_blocks == 0 {
+        return Ok(());
+    }
+    let name = match acts.dtype {
+        DType::Q8_0 => "quantize_q8_0",
+        DType::Q8_1 => "quantize_q8_1",
+        _ => "quantize_q8_k",
+    };
+    let f = dev.function("quantize", name)?;
+    let nb = i32_arg("quantize_acts", "blocks", n_blocks)?;
+    let (meta, bsums) = (acts.meta_offset as i64, acts.bsums_offset as i64);
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(x).arg(&mut acts.buf).arg(&meta);
+    if acts.dtype == DType::Q8K {
+        l.arg(&bsums);
+    }
+    l.arg(&nb);
+    // SAFETY: one warp per block of 32 (or 256) values of `x`, writing that block's quants and
+    // scales inside the buffer sized for them by `DeviceActs::new`.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (n_blocks.div_ceil(8) as u32, 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(())
+}
+
+/// Warps per thread block of the matvec kernels, and activation rows per pass (kernels/matvec.cu).
+const MV_WARPS: usize = 8;
+const MV_COLS: usize = 8;
+/// Elements of a weight row per warp step of `matvec_q8_*` (`SUBS × 1024` in kernels/matvec.cu;
+/// only the choice of warps per row depends on it).
+fn mv_step(dtype: DType) -> usize {
+    use DType::*;
+    1024 * match dtype {
+        Q8_0 => 1,
+        Q3K => 3,
+        Q2K => 4,
+        _ => 2,
+    }
+}
+
+/// Streaming multiprocessors of `dev` (cached per ordinal).
+fn sm_count(dev: &CudaDevice) -> usize {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static COUNTS: [AtomicU32; 16] = [const { AtomicU32::new(0) }; 16];
+    let slot = COUNTS.get(dev.info.ordinal);
+    if let Some(n) = slot.map(|s| s.load(Ordering::Relaxed)).filter(|&n| n > 0) {
+        return n as usize;
+    }
+    let n = dev
+        .context()
+        .attribute(
+            cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+        )
+        .map_or(100, |n| n.max(1) as u32);
+    if let Some(s) = slot {
+        s.store(n, Ordering::Relaxed);
+    }
+    n as usize
+}
+
+/// How many warps share one weight row: more when there are too few rows (× passes over the
+/// activation rows) to give every SM 32 warps, at most one per warp step of the row, and 1, 2,
+/// 4 or 8.
+fn warps_per_row(dev: &CudaDevice, w: &DeviceMatrix, passes: usize) -> usize {
+    let target = sm_count(dev) * 32;
+    let steps = w.cols.div_ceil(mv_step(w.dtype));
+    let mut wpr = 1;
+    while wpr < MV_WARPS && w.rows * passes * wpr < target && wpr * 2 <= steps {
+        wpr *= 2;
+    }
+    wpr
+}
+
+fn check_matvec(w: &DeviceMatrix, y_len: usize, m: usize) -> Result<()> {
+    check("matvec", y_len == m * w.rows, || {
+        format!(
+            "y has {y_len} values for {m} rows of [{}, {}]",
+            w.rows, w.cols
+        )
+    })
+}
+
+/// `y: [m, rows] = acts · Wᵀ` with activations already quantized for W's format: exact
+/// integer block sums and ggml's per-block float formulas, so each output differs from the CPU's
+/// only by the order in which block terms are added.
+pub fn matvec_quantized(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    acts: &DeviceActs,
+) -> Result<()> {
+    check(
+        "matvec",
+        activation_format(w.dtype) == Some(acts.dtype) && acts.cols == w.cols,
+        || {
+            format!(
+                "{} [{}, {}] weights, activations {} × {}",
+                w.dtype, w.rows, w.cols, acts.dtype, acts.cols
+            )
+        },
+    )?;
+    let m = acts.rows;
+    check_matvec(w, y.len(), m)?;
+    if m == 0 || w.rows == 0 {
+        return Ok(());
+    }
+    let f = dev.function(
+        "matvec",
+        &format!("matvec_q8_{}", suffix("matvec", w.dtype)?),
+    )?;
+    let (r32, c32, m32) = (
+        i32_arg("matvec", "rows", w.rows)?,
+        i32_arg("matvec", "cols", w.cols)?,
+        i32_arg("matvec", "m", m)?,
+    );
+    let passes = m.div_ceil(MV_COLS);
+    check("matvec", passes <= 65535, || {
+        format!("{m} activation rows exceed the grid")
+    })?;
+    let wpr = warps_per_row(dev, w, passes);
+    let wpr32 = wpr as i32;
+    let (meta, bsums) = (acts.meta_offset as i64, acts.bsums_offset as i64);
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(y)
+        .arg(&w.data)
+        .arg(&acts.buf)
+        .arg(&meta)
+        .arg(&bsums)
+        .arg(&r32)
+        .arg(&c32)
+        .arg(&m32)
+        .arg(&wpr32);
+    // SAFETY: the shapes were checked: `wpr` warps per weight row (8 / wpr rows per block), up
+    // to MV_COLS activation rows per block row, reads inside the weight and activation buffers,
+    // writes of y[i][row] for i < m and row < rows only.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (w.rows.div_ceil(MV_WARPS / wpr) as u32, passes as u32, 1),
+            block_dim: ((MV_WARPS * 32) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(())
+}
+
+/// `y: [m, rows] = x: [m, cols] · Wᵀ` with ggml's CPU arithmetic: for quantized W, the rows of
+/// x are quantized once to W's [`activation_format`] (bit for bit as the CPU does) into a
+/// scratch buffer and multiplied with exact integer block sums ([`matvec_quantized`]); F16 and
+/// BF16 weights see x rounded to their type, and every product is summed in f64.
 pub fn matvec(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    x: &DeviceBuffer<f32>,
+) -> Result<()> {
+    check(
+        "matvec",
+        w.cols > 0 && x.len().is_multiple_of(w.cols),
+        || format!("x {} for [{}, {}]", x.len(), w.rows, w.cols),
+    )?;
+    let m = x.len() / w.cols;
+    if activation_format(w.dtype).is_none() {
+        return matvec_float(dev, y, w, x);
+    }
+    check_matvec(w, y.len(), m)?;
+    if m == 0 || w.rows == 0 {
+        return Ok(());
+    }
+    let mut acts = DeviceActs::new(dev, w.dtype, m, w.cols)?;
+    quantize_acts(dev, &mut acts, x)?;
+    matvec_quantized(dev, y, w, &acts)
+}
+
+/// Float weights (F32, F16, BF16): x rounded to the weight type, f32 products, f64 sums.
+fn matvec_float(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    x: &DeviceBuffer<f32>,
+) -> Result<()> {
+    let m = x.len() / w.cols;
+    check_matvec(w, y.len(), m)?;
+    if m == 0 || w.rows == 0 {
+        return Ok(());
+    }
+    let f = dev.function(
+        "matvec",
+        &format!("matvec_float_{}", suffix("matvec", w.dtype)?),
+    )?;
+    let (r32, c32, m32) = (
+        i32_arg("matvec", "rows", w.rows)?,
+        i32_arg("matvec", "cols", w.cols)?,
+        i32_arg("matvec", "m", m)?,
+    );
+    check("matvec", m.div_ceil(MV_COLS) <= 65535, || {
+        format!("{m} activation rows exceed the grid")
+    })?;
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(y).arg(&w.data).arg(x).arg(&r32).arg(&c32).arg(&m32);
+    // SAFETY: one warp per weight row, up to MV_COLS activation rows per block row; reads and
+    // writes stay inside the checked shapes.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (
+                w.rows.div_ceil(MV_WARPS) as u32,
+                m.div_ceil(MV_COLS) as u32,
+                1,
+            ),
+            block_dim: ((MV_WARPS * 32) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(())
+}
+
+/// `y = x · Wᵀ` from W dequantized to f32 and x as is (the first GPU kernels, `matvec_{fmt}`):
+/// no activation quantization, so it differs from the CPU reference by that quantization's
+/// noise. Kept for comparisons and tests.
+pub fn matvec_dequant(
     dev: &CudaDevice,
     y: &mut DeviceBuffer<f32>,
     w: &DeviceMatrix,
@@ -372,6 +722,9 @@ pub fn matvec(
         || format!("x {} y {} for [{}, {}]", x.len(), y.len(), w.rows, w.cols),
     )?;
     let m = x.len() / w.cols;
+    if m == 0 || w.rows == 0 {
+        return Ok(());
+    }
     let f = dev.function("matvec", &format!("matvec_{}", suffix("matvec", w.dtype)?))?;
     let (r32, c32) = (
         i32_arg("matvec", "rows", w.rows)?,

@@ -36,6 +36,10 @@ pub const FILES: &[KernelFile] = &[
         source: include_str!("../../../kernels/matvec.cu"),
     },
     KernelFile {
+        name: "quantize",
+        source: include_str!("../../../kernels/quantize.cu"),
+    },
+    KernelFile {
         name: "attention",
         source: include_str!("../../../kernels/attention.cu"),
     },

@@ -272,10 +272,13 @@ fn get_rows_and_matvec_every_format() {
         let e = nmse(&dev.download(&out).unwrap(), &want);
         assert!(e < 1e-12, "get_rows {dtype}: nmse {e:e}");
 
+        // The first matvec kernels: dequantized weights times f32 activations (no activation
+        // quantization), against the same product in f64. `ops::matvec` (ggml's arithmetic) is
+        // checked against the CPU in `matvec_matches_cpu_every_format`.
         for m in [1, 3] {
             let x = rng.vec(m * cols, 1.0);
             let mut y = poisoned(&dev, m * rows);
-            ops::matvec(&dev, &mut y, &dm, &dev.upload(&x).unwrap()).unwrap();
+            ops::matvec_dequant(&dev, &mut y, &dm, &dev.upload(&x).unwrap()).unwrap();
             let want: Vec<f32> = (0..m)
                 .flat_map(|i| {
                     let xr = &x[i * cols..(i + 1) * cols];
@@ -291,9 +294,233 @@ fn get_rows_and_matvec_every_format() {
                 })
                 .collect();
             let e = nmse(&dev.download(&y).unwrap(), &want);
-            assert!(e < 1e-10, "matvec {dtype} m={m}: nmse {e:e}");
+            assert!(e < 1e-10, "matvec_dequant {dtype} m={m}: nmse {e:e}");
         }
     }
+}
+
+/// Normal-ish activations of varied magnitude per block (block scales then differ a lot).
+fn activations(rng: &mut Rng, m: usize, cols: usize) -> Vec<f32> {
+    let mut x = rng.vec(m * cols, 1.0);
+    for (i, v) in x.iter_mut().enumerate() {
+        // a per-32 scale between 2^-6 and 2^6 and a few large outliers, like real hidden states
+        let s = ((i / 32) * 7 % 13) as i32 - 6;
+        *v *= 2f32.powi(s);
+        if i % 97 == 5 {
+            *v *= 30.0;
+        }
+    }
+    x
+}
+
+/// Rows that exercise every corner of ggml's activation quantizers: rounding ties (x·(1/d)
+/// exactly k + 0.5), equal magnitudes of both signs (the first decides Q8_K's sign), all-zero
+/// and signed-zero blocks, subnormal maxima (1/d overflows), huge values, and, on x86_64 (where
+/// the CPU reference's NaN rules are x86's), infinities and NaNs with payloads.
+fn edge_rows(rng: &mut Rng, cols: usize) -> Vec<f32> {
+    let mut rows = Vec::new();
+    let mut ties = rng.vec(cols, 3.0);
+    for (i, v) in ties.iter_mut().enumerate().take(cols.min(512)) {
+        // amax 127 gives d = 1: every x.5 is a tie of roundf; Q8_K gets -127/±127 = ∓1
+        *v = (i % 32) as f32 - 15.5;
+        if i % 32 == 0 {
+            *v = if (i / 32) % 2 == 0 { -127.0 } else { 127.0 };
+        }
+    }
+    ties[40] = -4.0;
+    ties[41] = 4.0;
+    rows.extend(ties);
+    let mut zeros = rng.vec(cols, 1.0);
+    zeros[..256].fill(0.0);
+    zeros[1] = -0.0;
+    zeros[300 % cols] = 0.0;
+    rows.extend(zeros);
+    let mut tiny = rng.vec(cols, 1.0);
+    tiny[..32].fill(1.0e-42); // subnormal amax: 1/d is infinite
+    tiny[35] = 1.0e-40;
+    tiny[64..96].fill(-3.0e-39);
+    tiny[100] = 70000.0; // d beyond half's range
+    tiny[130] = -1.0e30;
+    tiny[160] = f32::from_bits(0x3380_0000);
+    tiny[256..512.min(cols)].fill(1.0e-41);
+    rows.extend(tiny);
+    if cfg!(target_arch = "x86_64") {
+        let mut odd = rng.vec(cols, 1.0);
+        odd[2] = f32::INFINITY;
+        odd[40] = f32::NAN;
+        odd[63] = f32::NAN; // last element of a block: that block's amax is NaN
+        odd[69] = -f32::from_bits(0x7fc1_2345);
+        odd[100] = f32::NEG_INFINITY;
+        odd[101] = f32::INFINITY;
+        if cols >= 512 {
+            odd[300] = f32::NAN;
+            odd[301] = f32::INFINITY;
+            odd[400] = -f32::from_bits(0x7fc1_2345);
+            odd[260] = 1.0e-39;
+        }
+        rows.extend(odd);
+    }
+    rows
+}
+
+/// The first differing activation block, spelled out.
+fn describe_block_mismatch(act: DType, got: &[u8], want: &[u8], x: &[f32], cols: usize) -> String {
+    let bb = act.block_bytes();
+    let b = (0..want.len() / bb)
+        .find(|&b| got[b * bb..(b + 1) * bb] != want[b * bb..(b + 1) * bb])
+        .unwrap_or(0);
+    let bl = act.block_len();
+    let (row, col) = (b * bl / cols, b * bl % cols);
+    format!(
+        "{act}: block {b} (row {row}, elements {col}..{}) differs\n  gpu {:02x?}\n  cpu {:02x?}\n  x   {:?}",
+        col + bl,
+        &got[b * bb..(b + 1) * bb],
+        &want[b * bb..(b + 1) * bb],
+        &x[b * bl..(b + 1) * bl]
+    )
+}
+
+/// GPU activation quantization (kernels/quantize.cu) against the CPU's (ggml's reference
+/// quantizers): identical bytes in ggml's block layout, quants and scales bit for bit.
+#[test]
+fn quantized_activations_match_cpu_bit_for_bit() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    // Q8_0 (for Q4_0 / Q5_0 / Q8_0 weights), Q8_1 (Q4_1 / Q5_1), Q8_K (k-quants).
+    for weight in [DType::Q8_0, DType::Q4_1, DType::Q4K] {
+        for cols in [512, 4864] {
+            let mut x = edge_rows(&mut rng, cols);
+            x.extend(activations(&mut rng, 5, cols));
+            x.extend(rng.vec(2 * cols, 1.0));
+            let m = x.len() / cols;
+            let want: Vec<u8> = x
+                .chunks(cols)
+                .flat_map(|r| {
+                    synaptix_kernels_cpu::quantize_acts(weight, r)
+                        .unwrap()
+                        .to_ggml_bytes()
+                })
+                .collect();
+            let mut acts = ops::DeviceActs::new(&dev, weight, m, cols).unwrap();
+            ops::quantize_acts(&dev, &mut acts, &dev.upload(&x).unwrap()).unwrap();
+            let got = acts.to_ggml_bytes(&dev).unwrap();
+            assert_eq!(got.len(), want.len(), "{} bytes", acts.dtype());
+            assert!(
+                got == want,
+                "{}",
+                describe_block_mismatch(acts.dtype(), &got, &want, &x, cols)
+            );
+            eprintln!(
+                "{} ({weight} weights): {m} rows of {cols} bit-exact",
+                acts.dtype()
+            );
+        }
+    }
+}
+
+/// The CPU result (ggml's arithmetic: activations quantized, integer block sums, f32 block terms).
+fn cpu_matmul(dtype: DType, w: &[u8], rows: usize, cols: usize, x: &[f32], m: usize) -> Vec<f32> {
+    let mut y = vec![0f32; m * rows];
+    let view = synaptix_kernels_cpu::WeightView {
+        dtype,
+        data: w,
+        rows,
+        cols,
+    };
+    synaptix_kernels_cpu::matmul(view, x, m, &mut y).unwrap();
+    y
+}
+
+/// `ops::matvec` (quantize + `matvec_q8_*`, or the float kernels) against the CPU matmul on the
+/// same weights. Both quantize activations identically, so outputs differ only by the order in
+/// which f32 block terms are summed (float weights: by the association of an f64 sum): relative
+/// NMSE < 1e-10, typically ~1e-14. The shapes cover partial and multiple warp steps per row,
+/// 1 to 8 warps per row, one and two passes over activation rows (m = 9 > 8).
+#[test]
+fn matvec_matches_cpu_every_format() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let shapes: [(usize, usize); 5] = [(300, 512), (40, 896), (37, 4864), (9, 14336), (1000, 4096)];
+    for dtype in FORMATS {
+        for (rows, cols) in shapes {
+            if !cols.is_multiple_of(dtype.block_len()) {
+                continue;
+            }
+            let bytes = random_weights(&mut rng, dtype, rows, cols);
+            let dm = DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap();
+            for m in [1, 5, 9] {
+                let x = activations(&mut rng, m, cols);
+                let want = cpu_matmul(dtype, &bytes, rows, cols, &x, m);
+                let mut y = poisoned(&dev, m * rows);
+                ops::matvec(&dev, &mut y, &dm, &dev.upload(&x).unwrap()).unwrap();
+                let got = dev.download(&y).unwrap();
+                let e = nmse(&got, &want);
+                let same = got.iter().zip(&want).filter(|(a, b)| a == b).count();
+                eprintln!(
+                    "matvec {dtype:5} [{rows:4} x {cols:5}] m={m}: nmse {e:.1e}, {same}/{} outputs bit-equal to the CPU",
+                    got.len()
+                );
+                assert!(
+                    e < 1e-10,
+                    "matvec {dtype} [{rows}, {cols}] m={m}: nmse {e:e}"
+                );
+            }
+        }
+    }
+}
+
+/// One quantization serves several weight matrices of formats with the same activation format.
+#[test]
+fn matvec_quantized_shares_one_quantization() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let (cols, m) = (2048, 3);
+    let x = activations(&mut rng, m, cols);
+    let dx = dev.upload(&x).unwrap();
+    for group in [
+        &[DType::Q4_0, DType::Q5_0, DType::Q8_0][..],
+        &[DType::Q4_1, DType::Q5_1],
+        &[DType::Q2K, DType::Q3K, DType::Q4K, DType::Q5K, DType::Q6K],
+    ] {
+        let mut acts = ops::DeviceActs::new(&dev, group[0], m, cols).unwrap();
+        ops::quantize_acts(&dev, &mut acts, &dx).unwrap();
+        for (i, &dtype) in group.iter().enumerate() {
+            let rows = 100 + 37 * i;
+            let bytes = random_weights(&mut rng, dtype, rows, cols);
+            let dm = DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap();
+            let mut y = poisoned(&dev, m * rows);
+            ops::matvec_quantized(&dev, &mut y, &dm, &acts).unwrap();
+            let e = nmse(
+                &dev.download(&y).unwrap(),
+                &cpu_matmul(dtype, &bytes, rows, cols, &x, m),
+            );
+            assert!(e < 1e-10, "matvec_quantized {dtype}: nmse {e:e}");
+        }
+    }
+}
+
+#[test]
+fn matvec_shape_errors_are_reported_not_launched() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    assert!(ops::DeviceActs::new(&dev, DType::F16, 1, 64).is_err());
+    assert!(ops::DeviceActs::new(&dev, DType::Q4K, 1, 96).is_err());
+    let bytes = random_weights(&mut rng, DType::Q4_0, 4, 64);
+    let dm = DeviceMatrix::upload(&dev, DType::Q4_0, 4, 64, &bytes).unwrap();
+    let k_acts = ops::DeviceActs::new(&dev, DType::Q4K, 1, 256).unwrap();
+    let q81_acts = ops::DeviceActs::new(&dev, DType::Q4_1, 1, 64).unwrap();
+    let mut y = poisoned(&dev, 4);
+    assert!(ops::matvec_quantized(&dev, &mut y, &dm, &k_acts).is_err());
+    assert!(ops::matvec_quantized(&dev, &mut y, &dm, &q81_acts).is_err());
+    let x = dev.upload(&[0f32; 64]).unwrap();
+    let mut y_short = poisoned(&dev, 3);
+    assert!(ops::matvec(&dev, &mut y_short, &dm, &x).is_err());
+    let mut acts = ops::DeviceActs::new(&dev, DType::Q4_0, 2, 64).unwrap();
+    assert!(ops::quantize_acts(&dev, &mut acts, &x).is_err());
 }
 
 #[test]
