@@ -126,7 +126,7 @@ impl Backend for CpuBackend {
     }
 
     fn rms_norm(&self, x: &CpuTensor, w: &Vec<f32>, eps: f32) -> Result<CpuTensor> {
-        if w.is_empty() || x.cols % w.len() != 0 {
+        if w.is_empty() || !x.cols.is_multiple_of(w.len()) {
             return Err(mismatch(
                 "rms_norm",
                 format!("row of {} by weight of {}", x.cols, w.len()),

@@ -2,8 +2,8 @@
 //! weight format, for decode-sized products (one activation row by default).
 //!
 //! ```text
-//! cargo run --release -p synaptix-kernels-cuda --example matvec_bench
-//! cargo run --release -p synaptix-kernels-cuda --example matvec_bench -- --formats q4_0,q8_0 --iters 500 --m 1
+//! cargo run --release -p synaptix-kernels-cuda --example cuda_matvec_bench
+//! cargo run --release -p synaptix-kernels-cuda --example cuda_matvec_bench -- --formats q4_0,q8_0 --iters 500 --m 1
 //! ```
 //!
 //! Shapes (out × in): the Qwen2.5 0.5B projections 4864×896 (gate/up), 896×4864 (down) and
