@@ -163,7 +163,10 @@ fn elementwise_and_norm() {
         ops::glu(&dev, kind, &mut out, &da, &db, 1000).unwrap();
         let want: Vec<f32> = a.iter().zip(&b).map(|(g, u)| f(*g) * u).collect();
         let e = nmse(&dev.download(&out).unwrap(), &want);
-        assert!(e < 1e-10, "{kind:?}: nmse {e:e}");
+        // GeGLU goes through f16 like ggml's table: a CUDA tanhf one ulp away from the host's
+        // can land on the neighbouring f16, so allow those rare 2^-11 relative steps.
+        let limit = if kind == Glu::GeluTanh { 1e-6 } else { 1e-10 };
+        assert!(e < limit, "{kind:?}: nmse {e:e}");
     }
 
     let (rows, cols) = (7, 896);
@@ -571,7 +574,7 @@ fn attention_with_gqa_and_window() {
                 let s: Vec<f64> = (first..=p)
                     .map(|t| {
                         (0..hd)
-                            .map(|d| qh[d] as f64 * r16(k[(t * n_kv + kvh) * hd + d]))
+                            .map(|d| r16(qh[d]) * r16(k[(t * n_kv + kvh) * hd + d]))
                             .sum::<f64>()
                             * scale as f64
                     })
@@ -579,12 +582,13 @@ fn attention_with_gqa_and_window() {
                 let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let e: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
                 let z: f64 = e.iter().sum();
+                // The reference rounds the query and the probabilities to f16.
+                let probs: Vec<f64> = e.iter().map(|w| r16((w / z) as f32)).collect();
                 for d in 0..hd {
-                    want[(p * n_heads + h) * hd + d] = ((first..=p)
-                        .zip(&e)
+                    want[(p * n_heads + h) * hd + d] = (first..=p)
+                        .zip(&probs)
                         .map(|(t, w)| w * r16(v[(t * n_kv + kvh) * hd + d]))
-                        .sum::<f64>()
-                        / z) as f32;
+                        .sum::<f64>() as f32;
                 }
             }
         }
