@@ -593,7 +593,9 @@ fn attention_with_gqa_and_window() {
             }
         }
         let e = nmse(&dev.download(&out).unwrap(), &want);
-        assert!(e < 1e-10, "attention window={window:?}: nmse {e:e}");
+        // Both round probabilities to f16; a probability next to an f16 rounding boundary may
+        // land on the other side (ggml's exp vs f64 exp), a 2^-11 relative step.
+        assert!(e < 1e-8, "attention window={window:?}: nmse {e:e}");
     }
 }
 
