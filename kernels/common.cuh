@@ -120,18 +120,6 @@ __device__ __forceinline__ float ggml_expf(float x) {
     return __fmul_rn(madd_rn(s2, j, s2), s1);
 }
 
-// The tanh GELU as ggml's CPU evaluates it: input rounded to f16, result rounded to f16,
-// saturating outside ±10.
-__device__ __forceinline__ float gelu_f16_table(float x) {
-    if (x <= -10.0f) return 0.0f;
-    if (x >= 10.0f) return x;
-    const float h = f16_to_f32(f32_to_f16(x));
-    const float sqrt_2_over_pi = 0.79788456080286535587989211986876f;
-    const float inner = __fmul_rn(__fmul_rn(sqrt_2_over_pi, h), __fadd_rn(1.0f, __fmul_rn(__fmul_rn(0.044715f, h), h)));
-    const float g = __fmul_rn(__fmul_rn(0.5f, h), __fadd_rn(1.0f, tanhf(inner)));
-    return f16_to_f32(f32_to_f16(g));
-}
-
 // ---------------------------------------------------------------------------------------------
 // Block formats: element `j` of one block, dequantized. `BLOCK` elements in `BYTES` bytes.
 

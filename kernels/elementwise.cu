@@ -31,10 +31,16 @@ extern "C" __global__ void swiglu_f32(float* out, const float* gate, const float
     }
 }
 
-// GeGLU with the tanh approximation of GELU: out = gelu(gate) * up, GELU as ggml's f16 table.
-extern "C" __global__ void geglu_f32(float* out, const float* gate, const float* up, int n) {
+// GeGLU with the tanh approximation of GELU: out = gelu(gate) * up, GELU looked up in ggml's
+// table of f16 values (`table`: 65536 entries indexed by the f16 bits of the input, built on the
+// host exactly as the CPU builds it), saturating outside ±10.
+extern "C" __global__ void geglu_f32(float* out, const float* gate, const float* up, int n, const u16* table) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = __fmul_rn(gelu_f16_table(gate[i]), up[i]);
+    if (i < n) {
+        const float x = gate[i];
+        const float g = x <= -10.0f ? 0.0f : (x >= 10.0f ? x : f16_to_f32(table[f32_to_f16(x)]));
+        out[i] = __fmul_rn(g, up[i]);
+    }
 }
 
 // x = cap * tanh(x / cap) (final-logit soft-capping)

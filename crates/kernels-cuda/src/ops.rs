@@ -155,6 +155,9 @@ pub enum Glu {
     GeluTanh,
 }
 
+/// `gelu_table`: for [`Glu::GeluTanh`], ggml's 65536 f16 GELU values indexed by the f16 bits
+/// of the input (ignored for SiLU).
+#[allow(clippy::too_many_arguments)]
 pub fn glu(
     dev: &CudaDevice,
     kind: Glu,
@@ -162,6 +165,7 @@ pub fn glu(
     gate: &DeviceBuffer<f32>,
     up: &DeviceBuffer<f32>,
     cols: usize,
+    gelu_table: Option<&DeviceBuffer<u16>>,
 ) -> Result<()> {
     let n = out.len();
     check(
@@ -178,8 +182,20 @@ pub fn glu(
     let c32 = i32_arg("glu", "cols", cols)?;
     let mut l = dev.stream().launch_builder(&f);
     l.arg(out).arg(gate).arg(up).arg(&n32);
-    if kind == Glu::Silu {
-        l.arg(&c32);
+    match kind {
+        Glu::Silu => {
+            l.arg(&c32);
+        }
+        Glu::GeluTanh => {
+            let table = gelu_table.ok_or_else(|| CudaError::Invalid {
+                op: "glu",
+                detail: "GeGLU needs the GELU table".into(),
+            })?;
+            check("glu", table.len() == 1 << 16, || {
+                format!("GELU table of {} entries", table.len())
+            })?;
+            l.arg(table);
+        }
     }
     // SAFETY: `n` elements each.
     unsafe {
@@ -222,70 +238,54 @@ pub fn rms_norm(
     Ok(())
 }
 
-/// RoPE parameters (see `kernels/rope.cu`).
+/// RoPE layout (see `kernels/rope.cu`).
 #[derive(Debug, Clone, Copy)]
 pub struct RopeParams {
     pub n_heads: usize,
     pub head_dim: usize,
     pub n_rot: usize,
-    pub base: f32,
-    pub freq_scale: f32,
     pub neox: bool,
 }
 
-/// Rotates `x: [rows, n_heads * head_dim]` in place; `positions: [rows]`.
+/// Rotates `x: [rows, n_heads * head_dim]` in place with `cos_sin: [rows, n_rot / 2, 2]`, the
+/// (cos, sin) of every pair's angle at each row's position (computed on the host).
 pub fn rope(
     dev: &CudaDevice,
     x: &mut DeviceBuffer<f32>,
-    positions: &DeviceBuffer<i32>,
+    cos_sin: &DeviceBuffer<f32>,
     p: RopeParams,
-    factors: Option<&DeviceBuffer<f32>>,
 ) -> Result<()> {
-    let rows = positions.len();
+    let half = p.n_rot / 2;
+    let width = p.n_heads * p.head_dim;
     check(
         "rope",
-        x.len() == rows * p.n_heads * p.head_dim
-            && p.n_rot <= p.head_dim
-            && p.n_rot.is_multiple_of(2),
+        p.n_rot <= p.head_dim
+            && p.n_rot.is_multiple_of(2)
+            && half > 0
+            && width > 0
+            && x.len().is_multiple_of(width)
+            && cos_sin.len() == x.len() / width * half * 2,
         || {
             format!(
-                "x {} rows {rows} heads {} head_dim {} n_rot {}",
+                "x {} heads {} head_dim {} n_rot {} table {}",
                 x.len(),
                 p.n_heads,
                 p.head_dim,
-                p.n_rot
+                p.n_rot,
+                cos_sin.len()
             )
         },
     )?;
-    if let Some(ff) = factors {
-        check("rope", ff.len() == p.n_rot / 2, || {
-            format!("{} frequency factors for n_rot {}", ff.len(), p.n_rot)
-        })?;
-    }
+    let rows = x.len() / width;
     let f = dev.function("rope", "rope_f32")?;
     let (nh, hd, nr) = (p.n_heads as i32, p.head_dim as i32, p.n_rot as i32);
     let neox = p.neox as i32;
-    // base^(-2/n_rot) on the host, with the C library's powf, as the CPU reference computes it.
-    let theta_scale = p.base.powf(-2.0 / p.n_rot as f32);
-    let null: u64 = 0;
     let mut l = dev.stream().launch_builder(&f);
-    l.arg(x)
-        .arg(positions)
-        .arg(&nh)
-        .arg(&hd)
-        .arg(&nr)
-        .arg(&theta_scale)
-        .arg(&p.freq_scale);
-    match factors {
-        Some(ff) => l.arg(ff),
-        None => l.arg(&null),
-    };
-    l.arg(&neox);
-    let pairs = p.n_heads * p.n_rot / 2;
-    // SAFETY: one thread per (head, pair) of each row, all inside `x`.
+    l.arg(x).arg(cos_sin).arg(&nh).arg(&hd).arg(&nr).arg(&neox);
+    // SAFETY: one thread per (head, pair) of each row, all inside `x` and the table.
     unsafe {
         l.launch(LaunchConfig {
-            grid_dim: (grid_for(pairs), rows as u32, 1),
+            grid_dim: (grid_for(p.n_heads * half), rows as u32, 1),
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         })

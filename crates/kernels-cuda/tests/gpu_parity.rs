@@ -150,23 +150,39 @@ fn elementwise_and_norm() {
     let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
     assert!(nmse(&dev.download(&out).unwrap(), &want) < 1e-12);
 
-    for (kind, f) in [
-        (
-            Glu::Silu,
-            (|g: f32| g / (1.0 + (-g).exp())) as fn(f32) -> f32,
-        ),
-        (Glu::GeluTanh, |x: f32| {
-            0.5 * x * (1.0 + (0.797_884_6 * x * (1.0 + 0.044715 * x * x)).tanh())
-        }),
-    ] {
+    // ggml's GELU table: f16 input bits -> f16 GELU, as the CPU builds it.
+    let gelu = |h: f32| 0.5 * h * (1.0 + (0.797_884_6 * h * (1.0 + 0.044715 * h * h)).tanh());
+    let table: Vec<u16> = (0..=u16::MAX)
+        .map(|bits| half::f16::from_f32(gelu(half::f16::from_bits(bits).to_f32())).to_bits())
+        .collect();
+    let dtable = dev.upload(&table).unwrap();
+    let silu = |g: f32| g / (1.0 + (-g).exp());
+    let gelu_ref = |x: f32| {
+        if x <= -10.0 {
+            0.0
+        } else if x >= 10.0 {
+            x
+        } else {
+            half::f16::from_bits(table[half::f16::from_f32(x).to_bits() as usize]).to_f32()
+        }
+    };
+    for kind in [Glu::Silu, Glu::GeluTanh] {
         let mut out = poisoned(&dev, n);
-        ops::glu(&dev, kind, &mut out, &da, &db, 1000).unwrap();
-        let want: Vec<f32> = a.iter().zip(&b).map(|(g, u)| f(*g) * u).collect();
-        let e = nmse(&dev.download(&out).unwrap(), &want);
-        // GeGLU goes through f16 like ggml's table: a CUDA tanhf one ulp away from the host's
-        // can land on the neighbouring f16, so allow those rare 2^-11 relative steps.
-        let limit = if kind == Glu::GeluTanh { 1e-6 } else { 1e-10 };
-        assert!(e < limit, "{kind:?}: nmse {e:e}");
+        ops::glu(&dev, kind, &mut out, &da, &db, 1000, Some(&dtable)).unwrap();
+        let want: Vec<f32> = a
+            .iter()
+            .zip(&b)
+            .map(|(g, u)| match kind {
+                Glu::Silu => silu(*g) * u,
+                Glu::GeluTanh => gelu_ref(*g) * u,
+            })
+            .collect();
+        let got = dev.download(&out).unwrap();
+        let e = nmse(&got, &want);
+        assert!(e < 1e-10, "{kind:?}: nmse {e:e}");
+        if kind == Glu::GeluTanh {
+            assert_eq!(got, want, "GeGLU through the shared table is exact");
+        }
     }
 
     let (rows, cols) = (7, 896);
@@ -203,49 +219,44 @@ fn rope_both_layouts() {
             n_heads: 3,
             head_dim: 64,
             n_rot: 48,
-            base: 10000.0,
-            freq_scale: 0.5,
             neox,
         };
-        let positions: Vec<i32> = vec![0, 1, 17, 4095];
+        let positions = [0usize, 1, 17, 4095];
         let x = rng.vec(positions.len() * 3 * 64, 1.0);
-        let factors = rng
-            .vec(24, 0.5)
+        // (cos, sin) per row and pair, as the host computes them for the kernel.
+        let cos_sin: Vec<f32> = positions
             .iter()
-            .map(|v| 1.0 + v.abs())
-            .collect::<Vec<_>>();
+            .flat_map(|&pos| {
+                (0..24).flat_map(move |i| {
+                    let theta = pos as f32 * 10000f32.powf(-2.0 * i as f32 / 48.0) * 0.5;
+                    [theta.cos(), theta.sin()]
+                })
+            })
+            .collect();
         let mut dx = dev.upload(&x).unwrap();
-        ops::rope(
-            &dev,
-            &mut dx,
-            &dev.upload(&positions).unwrap(),
-            p,
-            Some(&dev.upload(&factors).unwrap()),
-        )
-        .unwrap();
+        ops::rope(&dev, &mut dx, &dev.upload(&cos_sin).unwrap(), p).unwrap();
         let mut want = x.clone();
-        for (r, &pos) in positions.iter().enumerate() {
+        for r in 0..positions.len() {
             for h in 0..3 {
                 let head = &mut want[(r * 3 + h) * 64..(r * 3 + h + 1) * 64];
-                // As the reference: theta built by repeated f32 multiplication.
-                let theta_scale = 10000f32.powf(-2.0 / 48.0);
-                let mut theta_base = pos as f32;
-                for (i, factor) in factors.iter().enumerate() {
-                    let theta = (0.5 * (theta_base / factor)) as f64;
-                    theta_base *= theta_scale;
+                for i in 0..24 {
+                    let (c, s) = (cos_sin[(r * 24 + i) * 2], cos_sin[(r * 24 + i) * 2 + 1]);
                     let (a, b) = if neox {
                         (i, i + 24)
                     } else {
                         (2 * i, 2 * i + 1)
                     };
-                    let (x0, x1) = (head[a] as f64, head[b] as f64);
-                    head[a] = (x0 * theta.cos() - x1 * theta.sin()) as f32;
-                    head[b] = (x0 * theta.sin() + x1 * theta.cos()) as f32;
+                    let (x0, x1) = (head[a], head[b]);
+                    head[a] = x0 * c - x1 * s;
+                    head[b] = x0 * s + x1 * c;
                 }
             }
         }
-        let e = nmse(&dev.download(&dx).unwrap(), &want);
-        assert!(e < 1e-9, "rope neox={neox}: nmse {e:e}");
+        assert_eq!(
+            dev.download(&dx).unwrap(),
+            want,
+            "rope neox={neox}: not bit-identical"
+        );
     }
 }
 

@@ -1,7 +1,7 @@
 //! The CUDA backend: every op of [`Backend`] as a launch of the kernels in `kernels/`, weights
 //! uploaded once in their stored formats, activations and the KV cache in GPU memory.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use synaptix_kernels_cuda::ops::{self, AttentionParams, DeviceKv, DeviceMatrix, Glu, RopeParams};
 use synaptix_kernels_cuda::{CudaDevice, DeviceBuffer};
@@ -17,15 +17,42 @@ pub struct CudaTensor {
     pub cols: usize,
 }
 
-/// Positions of one step: on the GPU for the kernels, on the host for bookkeeping.
+/// Positions of one step: on the GPU for the kernels, on the host for bookkeeping, plus the
+/// RoPE (cos, sin) tables of this step, computed once per RoPE configuration.
 pub struct CudaPositions {
     pub dev: DeviceBuffer<i32>,
     pub host: Vec<usize>,
+    rope_tables: Mutex<Vec<(RopeKey, Arc<DeviceBuffer<f32>>)>>,
+}
+
+/// What makes two RoPE tables different.
+#[derive(Debug, Clone, PartialEq)]
+struct RopeKey {
+    n_rot: usize,
+    base: u32,
+    freq_scale: u32,
+    factors: Option<Vec<u32>>,
+}
+
+impl RopeKey {
+    fn of(rope: &Rope) -> RopeKey {
+        RopeKey {
+            n_rot: rope.n_rot,
+            base: rope.base.to_bits(),
+            freq_scale: rope.freq_scale.to_bits(),
+            factors: rope
+                .freq_factors
+                .as_ref()
+                .map(|f| f.iter().map(|v| v.to_bits()).collect()),
+        }
+    }
 }
 
 #[derive(Clone)]
 pub struct CudaBackend {
     pub device: Arc<CudaDevice>,
+    /// ggml's f16 GELU table, uploaded on first use.
+    gelu_table: Arc<OnceLock<DeviceBuffer<u16>>>,
 }
 
 impl CudaBackend {
@@ -33,7 +60,46 @@ impl CudaBackend {
     pub fn new(ordinal: usize) -> Result<CudaBackend> {
         Ok(CudaBackend {
             device: Arc::new(CudaDevice::new(ordinal)?),
+            gelu_table: Arc::new(OnceLock::new()),
         })
+    }
+
+    fn gelu_table(&self) -> Result<&DeviceBuffer<u16>> {
+        if let Some(t) = self.gelu_table.get() {
+            return Ok(t);
+        }
+        let bits: Vec<u16> = crate::mlp::gelu_f16_table()
+            .iter()
+            .map(|h| h.to_bits())
+            .collect();
+        let uploaded = self.device.upload(&bits)?;
+        Ok(self.gelu_table.get_or_init(|| uploaded))
+    }
+
+    /// The step's (cos, sin) table for `rope`: angles from the CPU code, so both backends
+    /// rotate by identical values.
+    fn rope_table(&self, rope: &Rope, pos: &CudaPositions) -> Result<Arc<DeviceBuffer<f32>>> {
+        let key = RopeKey::of(rope);
+        let mut tables = pos
+            .rope_tables
+            .lock()
+            .map_err(|_| mismatch("rope", "table cache poisoned".into()))?;
+        if let Some((_, t)) = tables.iter().find(|(k, _)| *k == key) {
+            return Ok(t.clone());
+        }
+        let half = rope.n_rot / 2;
+        let (mut cos, mut sin) = (vec![0f32; half], vec![0f32; half]);
+        let mut table = Vec::with_capacity(pos.host.len() * half * 2);
+        for &p in &pos.host {
+            rope.angles(p, &mut cos, &mut sin);
+            for (c, s) in cos.iter().zip(&sin) {
+                table.push(*c);
+                table.push(*s);
+            }
+        }
+        let t = Arc::new(self.device.upload(&table)?);
+        tables.push((key, t.clone()));
+        Ok(t)
     }
 
     /// An output tensor for an op that writes all of it (every kernel here does; the GPU
@@ -96,6 +162,7 @@ impl Backend for CudaBackend {
         Ok(CudaPositions {
             dev: self.device.upload(&as_i32)?,
             host: positions.to_vec(),
+            rope_tables: Mutex::new(Vec::new()),
         })
     }
 
@@ -159,16 +226,10 @@ impl Backend for CudaBackend {
             n_heads,
             head_dim,
             n_rot: rope.n_rot,
-            base: rope.base,
-            freq_scale: rope.freq_scale,
             neox: rope.style == RopeStyle::Neox,
         };
-        let factors = rope
-            .freq_factors
-            .as_ref()
-            .map(|f| self.device.upload(f))
-            .transpose()?;
-        ops::rope(&self.device, &mut x.buf, &pos.dev, params, factors.as_ref())?;
+        let table = self.rope_table(rope, pos)?;
+        ops::rope(&self.device, &mut x.buf, &table, params)?;
         Ok(())
     }
 
@@ -195,6 +256,10 @@ impl Backend for CudaBackend {
             Activation::Silu => Glu::Silu,
             Activation::GeluTanh => Glu::GeluTanh,
         };
+        let table = match kind {
+            Glu::GeluTanh => Some(self.gelu_table()?),
+            Glu::Silu => None,
+        };
         ops::glu(
             &self.device,
             kind,
@@ -202,6 +267,7 @@ impl Backend for CudaBackend {
             &gate.buf,
             &up.buf,
             gate.cols,
+            table,
         )?;
         Ok(out)
     }

@@ -59,19 +59,24 @@ impl<B: Backend> GatedMlp<B> {
 /// GELU (tanh approximation) exactly as ggml's CPU backend evaluates it: the input rounded to
 /// f16, the result looked up in a table of f16 values, saturating outside ±10.
 pub fn gelu_tanh_f16_table(x: f32) -> f32 {
-    static TABLE: OnceLock<Vec<f16>> = OnceLock::new();
     if x <= -10.0 {
         return 0.0;
     }
     if x >= 10.0 {
         return x;
     }
-    let table = TABLE.get_or_init(|| {
+    gelu_f16_table()[f16::from_f32(x).to_bits() as usize].to_f32()
+}
+
+/// ggml's table: the GELU of every f16 value, rounded to f16, indexed by the input's bits.
+/// The CUDA backend uploads this same table, so both backends agree exactly.
+pub fn gelu_f16_table() -> &'static [f16] {
+    static TABLE: OnceLock<Vec<f16>> = OnceLock::new();
+    TABLE.get_or_init(|| {
         (0..=u16::MAX)
             .map(|bits| f16::from_f32(gelu_tanh(f16::from_bits(bits).to_f32())))
             .collect()
-    });
-    table[f16::from_f32(x).to_bits() as usize].to_f32()
+    })
 }
 
 /// `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`.
