@@ -7,12 +7,21 @@
 // exact products do not depend on their order in practice, so the GPU lands on the CPU's values.
 #include "common.cuh"
 
-// q: [rows, n_heads, hd]; k, v: [n_kv_heads, capacity, hd] f16; out: [rows, n_heads, hd].
+// The KV cache is paged: position t of a sequence lives in page table[t / KV_PAGE], slot
+// t % KV_PAGE; a page holds [n_kv_heads, KV_PAGE, hd] f16 values.
+#define KV_PAGE 16
+
+__device__ __forceinline__ i64 kv_index(const i32* table, int t, int h, int d, int n_kv_heads, int hd) {
+    const i64 page = table[t / KV_PAGE];
+    return ((page * n_kv_heads + h) * KV_PAGE + t % KV_PAGE) * (i64)hd + d;
+}
+
+// q: [rows, n_heads, hd]; k, v: paged f16 caches (see kv_index); out: [rows, n_heads, hd].
 // Block (head, row); dynamic shared memory: scores for positions 0..=pos rounded up to 4, then
 // the f16-rounded query.
 extern "C" __global__ void attention_f32(float* out, const float* q, const u16* k, const u16* v,
-                                         const i32* pos, int n_heads, int n_kv_heads, int hd,
-                                         int capacity, float scale, int window) {
+                                         const i32* table, const i32* pos, int n_heads, int n_kv_heads,
+                                         int hd, float scale, int window) {
     extern __shared__ float smem[];
     const int h = blockIdx.x, row = blockIdx.y;
     const int kvh = h / (n_heads / n_kv_heads);
@@ -22,8 +31,6 @@ extern "C" __global__ void attention_f32(float* out, const float* q, const u16* 
     float* scores = smem;
     float* q16 = smem + n_padded;
     const float* qh = q + ((i64)row * n_heads + h) * hd;
-    const u16* kh = k + (i64)kvh * capacity * hd;
-    const u16* vh = v + (i64)kvh * capacity * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) q16[d] = f16_to_f32(f32_to_f16(qh[d]));
     __syncthreads();
 
@@ -31,7 +38,7 @@ extern "C" __global__ void attention_f32(float* out, const float* q, const u16* 
     for (int t = warp; t < n_padded; t += warps) {
         float s = -INFINITY;
         if (t >= first && t <= p) {
-            const u16* kr = kh + (i64)t * hd;
+            const u16* kr = k + kv_index(table, t, kvh, 0, n_kv_heads, hd);
             double acc = 0.0;
             for (int d = lane; d < hd; d += WARP) acc += (double)__fmul_rn(f16_to_f32(kr[d]), q16[d]);
             acc = warp_sum_f64(acc);
@@ -63,20 +70,20 @@ extern "C" __global__ void attention_f32(float* out, const float* q, const u16* 
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         double acc = 0.0;
         for (int t = first; t <= p; ++t) {
-            acc += (double)__fmul_rn(f16_to_f32(vh[(i64)t * hd + d]), scores[t]);
+            acc += (double)__fmul_rn(f16_to_f32(v[kv_index(table, t, kvh, d, n_kv_heads, hd)]), scores[t]);
         }
         out[((i64)row * n_heads + h) * hd + d] = (float)acc;
     }
 }
 
-// Writes k, v: [rows, n_kv_heads * hd] (f32) into the caches at positions pos[row].
-extern "C" __global__ void kv_store_f32(u16* kc, u16* vc, const float* k, const float* v, const i32* pos,
-                                        int n_kv_heads, int hd, int capacity) {
+// Writes k, v: [rows, n_kv_heads * hd] (f32) into the paged caches at positions pos[row].
+extern "C" __global__ void kv_store_f32(u16* kc, u16* vc, const float* k, const float* v, const i32* table,
+                                        const i32* pos, int n_kv_heads, int hd) {
     const int row = blockIdx.y;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n_kv_heads * hd) return;
     const int h = i / hd, d = i % hd;
-    const i64 dst = ((i64)h * capacity + pos[row]) * hd + d;
+    const i64 dst = kv_index(table, pos[row], h, d, n_kv_heads, hd);
     kc[dst] = f32_to_f16(k[(i64)row * n_kv_heads * hd + i]);
     vc[dst] = f32_to_f16(v[(i64)row * n_kv_heads * hd + i]);
 }

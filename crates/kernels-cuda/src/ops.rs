@@ -744,26 +744,62 @@ pub fn matvec_dequant(
     Ok(())
 }
 
-/// A layer's KV cache in f16, `[n_kv_heads, capacity, head_dim]` each.
+/// Positions per KV page (`KV_PAGE` in `kernels/attention.cu`).
+pub const KV_PAGE: usize = 16;
+
+/// A layer's KV cache in f16, paged: position `t` lives in page `block_table[t / KV_PAGE]`, each
+/// page `[n_kv_heads, KV_PAGE, head_dim]`. A single sequence owns its pages in order today; the
+/// table is what lets batched sequences share a page pool later.
 pub struct DeviceKv {
     pub k: DeviceBuffer<u16>,
     pub v: DeviceBuffer<u16>,
+    pub block_table: DeviceBuffer<i32>,
     pub n_kv_heads: usize,
     pub head_dim: usize,
     pub capacity: usize,
 }
 
 impl DeviceKv {
+    /// A cache for `capacity` positions whose pages are in order.
     pub fn new(
         dev: &CudaDevice,
         n_kv_heads: usize,
         head_dim: usize,
         capacity: usize,
     ) -> Result<DeviceKv> {
-        let n = n_kv_heads * head_dim * capacity;
+        let pages = capacity.div_ceil(KV_PAGE);
+        let table: Vec<usize> = (0..pages).collect();
+        DeviceKv::with_pages(dev, n_kv_heads, head_dim, capacity, pages, &table)
+    }
+
+    /// A cache over a pool of `pool_pages` pages, position block `i` in page `table[i]`.
+    pub fn with_pages(
+        dev: &CudaDevice,
+        n_kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        pool_pages: usize,
+        table: &[usize],
+    ) -> Result<DeviceKv> {
+        check(
+            "kv cache",
+            table.len() == capacity.div_ceil(KV_PAGE) && table.iter().all(|&p| p < pool_pages),
+            || {
+                format!(
+                    "{} table entries for {capacity} positions over {pool_pages} pages",
+                    table.len()
+                )
+            },
+        )?;
+        let table: Vec<i32> = table
+            .iter()
+            .map(|&p| i32_arg("kv cache", "page", p))
+            .collect::<Result<_>>()?;
+        let n = pool_pages * KV_PAGE * n_kv_heads * head_dim;
         Ok(DeviceKv {
             k: dev.zeros(n)?,
             v: dev.zeros(n)?,
+            block_table: dev.upload(&table)?,
             n_kv_heads,
             head_dim,
             capacity,
@@ -787,20 +823,16 @@ pub fn kv_store(
         || format!("k {} v {} rows {rows} width {width}", k.len(), v.len()),
     )?;
     let f = dev.function("attention", "kv_store_f32")?;
-    let (h, d, c) = (
-        kv.n_kv_heads as i32,
-        kv.head_dim as i32,
-        i32_arg("kv_store", "capacity", kv.capacity)?,
-    );
+    let (h, d) = (kv.n_kv_heads as i32, kv.head_dim as i32);
     let mut l = dev.stream().launch_builder(&f);
     l.arg(&mut kv.k)
         .arg(&mut kv.v)
         .arg(k)
         .arg(v)
+        .arg(&kv.block_table)
         .arg(positions)
         .arg(&h)
-        .arg(&d)
-        .arg(&c);
+        .arg(&d);
     // SAFETY: positions are below the capacity (the caller's KV bookkeeping guarantees it).
     unsafe {
         l.launch(LaunchConfig {
@@ -858,30 +890,26 @@ pub fn attention(
     )?;
     // Scores for positions 0..=max_pos rounded up to groups of four, then the f16-rounded query.
     let smem = (((max_pos + 1).next_multiple_of(4) + kv.head_dim) * 4) as u32;
-    check("attention", smem <= 48 * 1024, || {
+    let f = dev.function("attention", "attention_f32")?;
+    let limit = dev.max_shared_memory(&f)?;
+    check("attention", smem as usize <= limit, || {
         format!(
-            "{} positions exceed this kernel's shared-memory score buffer",
+            "{} positions exceed this kernel's shared-memory score buffer ({limit} bytes)",
             max_pos + 1
         )
     })?;
-    let f = dev.function("attention", "attention_f32")?;
-    let (nh, nkv, hd, cap) = (
-        n_heads as i32,
-        kv.n_kv_heads as i32,
-        kv.head_dim as i32,
-        kv.capacity as i32,
-    );
+    let (nh, nkv, hd) = (n_heads as i32, kv.n_kv_heads as i32, kv.head_dim as i32);
     let win = window.map_or(0, |w| w as i32);
     let mut l = dev.stream().launch_builder(&f);
     l.arg(out)
         .arg(q)
         .arg(&kv.k)
         .arg(&kv.v)
+        .arg(&kv.block_table)
         .arg(positions)
         .arg(&nh)
         .arg(&nkv)
         .arg(&hd)
-        .arg(&cap)
         .arg(&scale)
         .arg(&win);
     // SAFETY: one block per (head, row); scores fit the dynamic shared memory sized above.

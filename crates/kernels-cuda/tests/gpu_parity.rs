@@ -633,3 +633,45 @@ fn shape_errors_are_reported_not_launched() {
     assert!(DeviceMatrix::upload(&dev, DType::Q4K, 2, 100, &[0u8; 10]).is_err());
     assert!(DeviceMatrix::upload(&dev, DType::IQ2XXS, 1, 256, &[0u8; 66]).is_err());
 }
+
+#[test]
+fn paged_kv_cache_gives_the_same_attention_for_any_page_order() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let (n_heads, n_kv, hd, cap) = (4usize, 2usize, 32usize, 70usize);
+    let n = 53;
+    let k = rng.vec(n * n_kv * hd, 1.0);
+    let v = rng.vec(n * n_kv * hd, 1.0);
+    let q = rng.vec(n * n_heads * hd, 1.0);
+    let positions: Vec<i32> = (0..n as i32).collect();
+    let dpos = dev.upload(&positions).unwrap();
+    let (dk, dv, dq) = (
+        dev.upload(&k).unwrap(),
+        dev.upload(&v).unwrap(),
+        dev.upload(&q).unwrap(),
+    );
+    let pages = cap.div_ceil(ops::KV_PAGE);
+    // Pages scattered over a larger pool, in reverse and interleaved order.
+    let scattered: Vec<usize> = (0..pages).map(|i| 2 * (pages - 1 - i) + 1).collect();
+    let mut results = Vec::new();
+    for kv in [
+        DeviceKv::new(&dev, n_kv, hd, cap).unwrap(),
+        DeviceKv::with_pages(&dev, n_kv, hd, cap, 2 * pages, &scattered).unwrap(),
+    ] {
+        let mut kv = kv;
+        ops::kv_store(&dev, &mut kv, &dk, &dv, &dpos).unwrap();
+        let mut out = poisoned(&dev, q.len());
+        let params = AttentionParams {
+            n_heads,
+            scale: 0.2,
+            window: Some(20),
+            max_pos: n - 1,
+        };
+        ops::attention(&dev, &mut out, &dq, &kv, &dpos, params).unwrap();
+        results.push(dev.download(&out).unwrap());
+    }
+    assert!(results[0].iter().all(|v| v.is_finite()));
+    assert_eq!(results[0], results[1], "page order changed the result");
+    assert!(DeviceKv::with_pages(&dev, n_kv, hd, cap, 2, &scattered).is_err());
+}
