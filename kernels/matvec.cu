@@ -36,22 +36,34 @@ __device__ void matvec(float* y, const u8* w, const float* x, int n_out, int n_i
 FOR_EACH_FORMAT(MATVEC)
 
 // ---------------------------------------------------------------------------------------------
-// Quantized weights × quantized activations, the arithmetic of ggml's CPU dot products (and the
-// approach of llama.cpp's CUDA MMVQ): activation rows are quantized once by quantize.cu (Q8_0
-// for Q4_0 / Q5_0 / Q8_0 weights, Q8_1 for Q4_1 / Q5_1, Q8_K for the k-quants); every weight
-// block's integer dot product with them is exact (`mv_dp4a`), and is turned into a float term by
-// the same f32 operations, in the same order, as ggml's `ggml_vec_dot_*_generic`. Only the
-// order in which those terms are summed differs from the CPU.
+// Quantized weights × quantized activations, bit for bit as ggml's portable CPU code computes
+// them (synaptix-kernels-cpu reproduces `ggml_vec_dot_*_generic`): activation rows are quantized
+// once by quantize.cu (Q8_0 for Q4_0 / Q5_0 / Q8_0 weights, Q8_1 for Q4_1 / Q5_1, Q8_K for the
+// k-quants), every integer sum is exact (dp4a), and the float work is the CPU's, operation for
+// operation and in the CPU's order:
+// - legacy types (32-element blocks) and Q2_K: one f32 term per block (ggml's per-type formula),
+//   added to one f32 sum in block order;
+// - Q3_K .. Q6_K: eight integer "lane" sums per super-block, lane l over the elements e with
+//   e % 8 == l (each weighted by its sub-block scale), `sums[l] += (d·d_a) · lane` in eight f32
+//   chains over the super-blocks (Q4_K / Q5_K also `sum -= (dmin·d_a) · Σmin·bsum`), and at the
+//   end `sum + sums[0] + ... + sums[7]` left to right.
 //
-// Work split: a warp takes SUBS × 1024 elements of one weight row per step (SUBS per format,
-// so that a step is about 1 to 1.7 KB of weights), in parts of 1024 with 32 elements per lane:
-// one legacy block per lane, or one 32-element sub-block per lane and 8 lanes per k-quant
-// super-block (whose integer sums are combined exactly by shuffles before the float formula).
-// A step's weight bytes are copied to shared memory with coalesced 16-byte loads (whatever the
-// block size and alignment); the next step's loads are issued before this step is computed, so
-// they are in flight meanwhile; each lane then unpacks its blocks from shared memory. `wpr`
-// warps share a row (each takes every wpr-th step) when there are too few rows to fill the
-// GPU; a pass serves up to MV_COLS activation rows, so the weights are read once for all.
+// The terms are computed in parallel; only their sums are sequential. A thread block holds
+// MV_WARPS / wpr weight rows and wpr warps per row (wpr > 1 when there are too few rows to fill
+// the GPU), and walks the rows in block steps: in step s, warp `part` of a row takes chunk
+// s · wpr + part (STEP elements) of it. A step (1) copies the chunk's prefetched weight bytes to
+// the warp's shared staging buffer (coalesced 16-byte loads of whatever alignment, as before),
+// (2) issues the next chunk's loads, (3) computes every block's (or super-block lane's) f32 term
+// for the up to MV_COLS activation rows of the pass into `terms`, and (4) after a barrier, runs
+// the sequential chains: one thread per (row, activation row[, lane]) adds that step's terms in
+// element order to its accumulator, which lives in a register for the whole row. The chains cost
+// one f32 add per block (32 or 256 elements); two barriers per step keep `terms` consistent.
+//
+// Lane sums (Q3_K .. Q6_K) come from "lane-major" words: the 8 threads of a super-block take
+// one lane each, and thread t's word i holds the quants of elements 32i + t, + 8, + 16, + 24
+// (gathered from the staged weights with byte permutes). The activation quants are transposed
+// the same way once per block step into shared memory (`acts_t`, shared by the block's rows), so
+// one dp4a adds four products of a single lane.
 //
 // Activation buffer (quantize.cu): `i8 qs[m * k]` at `acts`, per-block metadata at
 // `acts + meta` (Q8_0 / Q8_1: half bits of d and s, then i32 Σq; Q8_K: f32 d), Q8_K sums of
@@ -67,6 +79,11 @@ FOR_EACH_FORMAT(MATVEC)
 #ifndef MV_MIN_BLOCKS
 #define MV_MIN_BLOCKS 4
 #endif
+
+// How a format's terms are formed (see above).
+#define MV_LEGACY 0  // 32-element blocks, one lane per block
+#define MV_KSUM 1    // Q2_K: 8 lanes per super-block, one integer sum (shuffle-combined)
+#define MV_LANES 2   // Q3_K .. Q6_K: 8 lanes per super-block, one per e % 8 lane
 
 // 16 bytes of read-only global memory (activations: cached in L1, reused by every warp).
 __device__ __forceinline__ uint4 mv_ld_nc16(const void* p) {
@@ -127,29 +144,22 @@ __device__ __forceinline__ void mv_lds_words_a4(const u8* p, u32 (&w)[N]) {
     for (int i = 0; i < N; ++i) w[i] = a[i];
 }
 
-// Two aligned 16-byte words of shared memory as 8 words.
-__device__ __forceinline__ void mv_lds_words16(const u8* p, u32 (&w)[8]) {
-    const uint4 a = *(const uint4*)p, b = *(const uint4*)(p + 16);
-    w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w;
-    w[4] = b.x, w[5] = b.y, w[6] = b.z, w[7] = b.w;
-}
-
 // Signed bytewise dot product accumulate (the unsigned overload would be wrong here).
 __device__ __forceinline__ int mv_dp4a(u32 a, u32 b, int c) { return __dp4a((int)a, (int)b, c); }
+
+// Σ over elements 0..16 (words 0..3) and 16..32 (words 4..7) separately.
+__device__ __forceinline__ void mv_dot8_halves(const u32 (&w)[8], const u32 (&a)[8], int& s0,
+                                               int& s1) {
+    s0 = 0, s1 = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s0 = mv_dp4a(w[i], a[i], s0), s1 = mv_dp4a(w[4 + i], a[4 + i], s1);
+}
 
 __device__ __forceinline__ int mv_dot8(const u32 (&w)[8], const u32 (&a)[8]) {
     int s = 0;
 #pragma unroll
     for (int i = 0; i < 8; ++i) s = mv_dp4a(w[i], a[i], s);
     return s;
-}
-
-// Σ over elements 0..16 (words 0..3) and 16..32 (words 4..7) separately.
-__device__ __forceinline__ void mv_dot8_halves(const u32 (&w)[8], const u32 (&a)[8], int& s0,
-                                            int& s1) {
-    s0 = 0, s1 = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) s0 = mv_dp4a(w[i], a[i], s0), s1 = mv_dp4a(w[4 + i], a[4 + i], s1);
 }
 
 // Bytewise `x - c` for bytes x in [0, 2c), c <= 128, as signed bytes (no borrow across bytes).
@@ -165,15 +175,36 @@ __device__ __forceinline__ u32 mv_spread_bit4(u32 n) {
 __device__ __forceinline__ float mv_half_lo(u32 v) { return f16_to_f32((u16)(v & 0xffffu)); }
 __device__ __forceinline__ float mv_half_hi(u32 v) { return f16_to_f32((u16)(v >> 16)); }
 
+// Byte `k` (0..3) of `v`, sign-extended.
+__device__ __forceinline__ int mv_sbyte(u32 v, int k) { return (int)(i8)(u8)(v >> (8 * k)); }
+
+// Lane-major gathers. For the thread of lane t, `a` is the aligned word holding byte t of a
+// super-block's staged bytes and `sel` selects that byte's position in it (`mv_gather_at`);
+// `mv_gather4(a + off, sel)` (off a multiple of 4) then returns bytes off + t, + 8, + 16, + 24.
+struct mv_gather_at {
+    const u8* a;
+    u32 sel;
+    __device__ mv_gather_at(const u8* p) {
+        const u32 mis = (u32)(unsigned long long)p & 3u;
+        a = p - mis;
+        sel = mis | ((mis + 4u) << 4);
+    }
+    __device__ u32 operator()(int off) const {
+        const u32* q = (const u32*)(a + off);
+        const u32 lo = __byte_perm(q[0], q[2], sel), hi = __byte_perm(q[4], q[6], sel);
+        return __byte_perm(lo, hi, 0x5410);
+    }
+};
+
 // Legacy blocks (32 elements): `load` unpacks a block into 8 words of 4 byte-sized quants in
 // element order; `term` is ggml's float formula for that block and an activation block
 // (`am.x`: half bits of d | s << 16, `am.y`: Σ of the activation quants).
 
-// d | qs[16]; value d * (q - 8). ggml: sumi * d_w * d_a, sumi = Σ (q - 8) a.
+// d | qs[16]; value d * (q - 8). ggml: (sumi * d_w) * d_a, sumi = Σ (q - 8) a.
 struct mv_q4_0 {
-    static constexpr int BLOCK = 32, BYTES = 18;
-    static constexpr bool KQ = false;
+    static constexpr int BLOCK = 32, BYTES = 18, KIND = MV_LEGACY;
     static constexpr int SUBS = 2;  // 1024-element parts per warp step
+    static constexpr bool MIN = false;
     u32 w[8];
     float d;
     __device__ void load(const u8* b, int) {
@@ -191,9 +222,9 @@ struct mv_q4_0 {
 
 // d | m | qs[16]; value d * q + m. ggml: (d_w * d_a) * sumi + m_w * s_a.
 struct mv_q4_1 {
-    static constexpr int BLOCK = 32, BYTES = 20;
-    static constexpr bool KQ = false;
-    static constexpr int SUBS = 2;  // 1024-element parts per warp step
+    static constexpr int BLOCK = 32, BYTES = 20, KIND = MV_LEGACY;
+    static constexpr int SUBS = 2;
+    static constexpr bool MIN = false;
     u32 w[8];
     float d, m;
     __device__ void load(const u8* b, int) {
@@ -213,9 +244,9 @@ struct mv_q4_1 {
 
 // d | qh | qs[16]; value d * (q - 16). ggml: (d_w * d_a) * sumi.
 struct mv_q5_0 {
-    static constexpr int BLOCK = 32, BYTES = 22;
-    static constexpr bool KQ = false;
-    static constexpr int SUBS = 2;  // 1024-element parts per warp step
+    static constexpr int BLOCK = 32, BYTES = 22, KIND = MV_LEGACY;
+    static constexpr int SUBS = 2;
+    static constexpr bool MIN = false;
     u32 w[8];
     float d;
     __device__ void load(const u8* b, int) {
@@ -236,9 +267,9 @@ struct mv_q5_0 {
 
 // d | m | qh | qs[16]; value d * q + m. ggml: (d_w * d_a) * sumi + m_w * s_a.
 struct mv_q5_1 {
-    static constexpr int BLOCK = 32, BYTES = 24;
-    static constexpr bool KQ = false;
-    static constexpr int SUBS = 2;  // 1024-element parts per warp step
+    static constexpr int BLOCK = 32, BYTES = 24, KIND = MV_LEGACY;
+    static constexpr int SUBS = 2;
+    static constexpr bool MIN = false;
     u32 w[8];
     float d, m;
     __device__ void load(const u8* b, int) {
@@ -260,9 +291,9 @@ struct mv_q5_1 {
 
 // d | qs[32] (int8); value d * q. ggml: sumi * (d_w * d_a).
 struct mv_q8_0 {
-    static constexpr int BLOCK = 32, BYTES = 34;
-    static constexpr bool KQ = false;
-    static constexpr int SUBS = 1;  // 1024-element parts per warp step
+    static constexpr int BLOCK = 32, BYTES = 34, KIND = MV_LEGACY;
+    static constexpr int SUBS = 1;
+    static constexpr bool MIN = false;
     u32 w[8];
     float d;
     __device__ void load(const u8* b, int) {
@@ -274,18 +305,15 @@ struct mv_q8_0 {
     }
 };
 
-// K-quants (256 elements): lane `j` of the 8 serving a super-block unpacks elements
-// 32j .. 32j + 32 (`load`) and computes that part's exact integer sums (`ints`: the scaled
-// Σ q·a and, for types with minimums, Σ min · bsum, with `bs` the two activation sums of 16
-// of its elements). The 8 lanes' integers are added exactly; `term` is ggml's float formula
-// for the whole super-block with the activation scale `da`.
-
 // scales[16] (scale | min << 4 per 16 elements) | qs[64] | d | dmin.
-// Element 128h + 32s + l: (qs[32h + l] >> 2s) & 3. ggml: (d_a·d) isum - (d_a·dmin) summ.
+// Element 128h + 32s + l: (qs[32h + l] >> 2s) & 3. One integer sum per super-block; lane `j`
+// of the 8 serving it unpacks elements 32j .. 32j + 32 and computes that part's scaled Σ q·a and
+// Σ min · bsum (`bs`: the two activation sums of 16 of its elements); the 8 lanes' integers are
+// added exactly by shuffles. ggml: (d_a·d) isum - (d_a·dmin) summ.
 struct mv_q2_k {
-    static constexpr int BLOCK = QK_K, BYTES = 84;
-    static constexpr bool KQ = true;
-    static constexpr int SUBS = 4;  // 1024-element parts per warp step
+    static constexpr int BLOCK = QK_K, BYTES = 84, KIND = MV_KSUM;
+    static constexpr int SUBS = 4;
+    static constexpr bool MIN = false;
     u32 w[8];
     int sc0, sc1;
     float d, dmin;
@@ -310,128 +338,148 @@ struct mv_q2_k {
     }
 };
 
+// Lane-major k-quants. `load(b, t)` reads lane t of the super-block at `b` (stage memory);
+// `lane_sum(a)` is Σ scale · q · a over lane t with `a` the 8 lane-major activation words;
+// `d` (and `dmin`, `min_sum`) feed ggml's float formulas.
+
 // hmask[32] | qs[64] | scales[12] (16 six-bit scales, offset 32) | d. Element 128h + 32s + l:
-// low bits as Q2_K, minus 4 unless bit (e / 32) of hmask[l] is set. ggml: (d·d_a) isum.
+// (qs[32h + l] >> 2s) & 3, minus 4 unless bit (e / 32) of hmask[l] is set; 16-element scales.
 struct mv_q3_k {
-    static constexpr int BLOCK = QK_K, BYTES = 110;
-    static constexpr bool KQ = true;
-    static constexpr int SUBS = 3;  // 1024-element parts per warp step
-    u32 w[8];
-    int sc0, sc1;
+    static constexpr int BLOCK = QK_K, BYTES = 110, KIND = MV_LANES;
+    static constexpr int SUBS = 1;
+    static constexpr bool MIN = false;
+    u32 lo[8], hi[8];  // lane-major words, elements 32i + t, + 8 (lo) and + 16, + 24 (hi)
+    int sc[16];
     float d;
-    __device__ void load(const u8* b, int j) {
-        u32 q[8], h[8];
-        mv_lds_words<8>(b + 32 + 32 * (j / 4), q);
-        mv_lds_words<8>(b, h);
-        const int shift = 2 * (j % 4);
+    __device__ void load(const u8* b, int t) {
+        const mv_gather_at g(b + t);
+        const u32 hm = g(0), q0 = g(32), q1 = g(64);
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
-            w[i] = mv_sub_bytes(((q[i] >> shift) & 0x03030303u) | (((h[i] >> j) & 0x01010101u) << 2),
-                             0x04040404u);
-        sc0 = fmt_q3_k::scale(b + 96, 2 * j), sc1 = fmt_q3_k::scale(b + 96, 2 * j + 1);
+        for (int i = 0; i < 8; ++i) {
+            const u32 q = i < 4 ? q0 : q1;
+            const u32 x = ((q >> (2 * (i % 4))) & 0x03030303u) | (((hm >> i) & 0x01010101u) << 2);
+            const u32 v = (x + 0x7c7c7c7cu) ^ 0x80808080u;  // x - 4, bytewise
+            lo[i] = v & 0x0000ffffu, hi[i] = v & 0xffff0000u;
+        }
+        u32 s[3];
+        mv_lds_words<3>(b + 96, s);
+        const u32 parts[4] = {
+            (s[0] & 0x0f0f0f0fu) | ((s[2] & 0x03030303u) << 4),
+            (s[1] & 0x0f0f0f0fu) | (((s[2] >> 2) & 0x03030303u) << 4),
+            ((s[0] >> 4) & 0x0f0f0f0fu) | (((s[2] >> 4) & 0x03030303u) << 4),
+            ((s[1] >> 4) & 0x0f0f0f0fu) | (((s[2] >> 6) & 0x03030303u) << 4),
+        };
+#pragma unroll
+        for (int i = 0; i < 16; ++i) sc[i] = (int)((parts[i / 4] >> (8 * (i % 4))) & 0xffu) - 32;
         d = load_f16(b + 108);
     }
-    __device__ void ints(const u32 (&a)[8], u32, int& isum, int& summ) const {
-        int s0, s1;
-        mv_dot8_halves(w, a, s0, s1);
-        isum = sc0 * s0 + sc1 * s1;
-        summ = 0;
-    }
-    __device__ float term(int isum, int, float da) const {
-        return __fmul_rn(__fmul_rn(d, da), (float)isum);
+    __device__ int lane_sum(const u32 (&a)[8]) const {
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+            s += sc[2 * i] * mv_dp4a(lo[i], a[i], 0) + sc[2 * i + 1] * mv_dp4a(hi[i], a[i], 0);
+        return s;
     }
 };
 
-// d | dmin | scales[12] (8 six-bit scales and mins) | qs[128]. Element 64c + 32t + l:
-// (qs[32c + l] >> 4t) & 15, sub-block 2c + t. ggml: (d·d_a) isum - (dmin·d_a) summ.
+// d | dmin | scales[12] (8 six-bit scales and mins) | qs[128]. Element 64c + 32h + l:
+// (qs[32c + l] >> 4h) & 15, 32-element sub-block 2c + h.
 struct mv_q4_k {
-    static constexpr int BLOCK = QK_K, BYTES = 144;
-    static constexpr bool KQ = true;
-    static constexpr int SUBS = 2;  // 1024-element parts per warp step
+    static constexpr int BLOCK = QK_K, BYTES = 144, KIND = MV_LANES;
+    static constexpr int SUBS = 1;
+    static constexpr bool MIN = true;
     u32 w[8];
-    int sc, mn;
+    int sc[8];
+    u32 mins0, mins1;  // the 8 mins as bytes
     float d, dmin;
-    __device__ void load(const u8* b, int j) {
-        u32 q[8];
-        mv_lds_words16(b + 16 + 32 * (j / 2), q);  // 144-byte blocks stay 16-byte aligned
-        const int shift = 4 * (j % 2);
+    // The scales, mins, d and dmin of the 144- or 176-byte super-block at `b` (4-byte aligned).
+    __device__ void load_scales(const u8* b) {
+        u32 s[4];
+        mv_lds_words_a4<4>(b, s);  // d | dmin, scales[12]
+        d = mv_half_lo(s[0]), dmin = mv_half_hi(s[0]);
+        const u32 s0 = s[1], s1 = s[2], s2 = s[3];
+        const u32 sc_lo = s0 & 0x3f3f3f3fu;
+        const u32 sc_hi = (s2 & 0x0f0f0f0fu) | (((s0 >> 6) & 0x03030303u) << 4);
+        mins0 = s1 & 0x3f3f3f3fu;
+        mins1 = ((s2 >> 4) & 0x0f0f0f0fu) | (((s1 >> 6) & 0x03030303u) << 4);
 #pragma unroll
-        for (int i = 0; i < 8; ++i) w[i] = (q[i] >> shift) & 0x0f0f0f0fu;
-        k4_scale_min(b + 4, j, &sc, &mn);
-        const u32 dd = *(const u32*)b;
-        d = mv_half_lo(dd), dmin = mv_half_hi(dd);
+        for (int i = 0; i < 4; ++i)
+            sc[i] = (int)((sc_lo >> (8 * i)) & 0xffu), sc[4 + i] = (int)((sc_hi >> (8 * i)) & 0xffu);
     }
-    __device__ void ints(const u32 (&a)[8], u32 bs, int& isum, int& summ) const {
-        isum = sc * mv_dot8(w, a);
-        summ = mn * ((int)(short)(bs & 0xffffu) + (int)(short)(bs >> 16));
+    __device__ void load(const u8* b, int t) {
+        const mv_gather_at g(b + t);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            const u32 q = g(16 + 32 * c);
+            w[2 * c] = q & 0x0f0f0f0fu, w[2 * c + 1] = (q >> 4) & 0x0f0f0f0fu;
+        }
+        load_scales(b);
     }
-    __device__ float term(int isum, int summ, float da) const {
-        return __fsub_rn(__fmul_rn(__fmul_rn(d, da), (float)isum),
-                         __fmul_rn(__fmul_rn(dmin, da), (float)summ));
+    __device__ int lane_sum(const u32 (&a)[8]) const {
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s += sc[i] * mv_dp4a(w[i], a[i], 0);
+        return s;
+    }
+    // Σ min_j (bsum_2j + bsum_2j+1), `pp`: those 8 pair sums as i16 pairs.
+    __device__ int min_sum(uint4 pp) const {
+        int s = __dp2a_lo((int)pp.x, (int)mins0, 0);
+        s = __dp2a_hi((int)pp.y, (int)mins0, s);
+        s = __dp2a_lo((int)pp.z, (int)mins1, s);
+        return __dp2a_hi((int)pp.w, (int)mins1, s);
     }
 };
 
 // d | dmin | scales[12] | qh[32] | qs[128]: Q4_K plus 16 when bit (e / 32) of qh[e % 32] is set.
-struct mv_q5_k {
-    static constexpr int BLOCK = QK_K, BYTES = 176;
-    static constexpr bool KQ = true;
-    static constexpr int SUBS = 2;  // 1024-element parts per warp step
-    u32 w[8];
-    int sc, mn;
-    float d, dmin;
-    __device__ void load(const u8* b, int j) {
-        u32 q[8], h[8];
-        mv_lds_words16(b + 48 + 32 * (j / 2), q);  // 176-byte blocks stay 16-byte aligned
-        mv_lds_words16(b + 16, h);
-        const int shift = 4 * (j % 2);
+struct mv_q5_k : mv_q4_k {
+    static constexpr int BYTES = 176;
+    __device__ void load(const u8* b, int t) {
+        const mv_gather_at g(b + t);
+        const u32 h = g(16);
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
-            w[i] = ((q[i] >> shift) & 0x0f0f0f0fu) | (((h[i] >> j) & 0x01010101u) << 4);
-        k4_scale_min(b + 4, j, &sc, &mn);
-        const u32 dd = *(const u32*)b;
-        d = mv_half_lo(dd), dmin = mv_half_hi(dd);
-    }
-    __device__ void ints(const u32 (&a)[8], u32 bs, int& isum, int& summ) const {
-        isum = sc * mv_dot8(w, a);
-        summ = mn * ((int)(short)(bs & 0xffffu) + (int)(short)(bs >> 16));
-    }
-    __device__ float term(int isum, int summ, float da) const {
-        return __fsub_rn(__fmul_rn(__fmul_rn(d, da), (float)isum),
-                         __fmul_rn(__fmul_rn(dmin, da), (float)summ));
+        for (int c = 0; c < 4; ++c) {
+            const u32 q = g(48 + 32 * c);
+            w[2 * c] = (q & 0x0f0f0f0fu) | (((h >> (2 * c)) & 0x01010101u) << 4);
+            w[2 * c + 1] = ((q >> 4) & 0x0f0f0f0fu) | (((h >> (2 * c + 1)) & 0x01010101u) << 4);
+        }
+        load_scales(b);
     }
 };
 
 // ql[128] | qh[64] | scales[16] (int8) | d. Element 128h + 32g + l: low 4 bits from
 // ql[64h + 32(g & 1) + l] (high nibble for g >= 2), high 2 bits (qh[32h + l] >> 2g) & 3,
-// value minus 32. ggml: (d·d_a) isum.
+// value minus 32; 16-element scales.
 struct mv_q6_k {
-    static constexpr int BLOCK = QK_K, BYTES = 210;
-    static constexpr bool KQ = true;
-    static constexpr int SUBS = 2;  // 1024-element parts per warp step
-    u32 w[8];
-    int sc0, sc1;
+    static constexpr int BLOCK = QK_K, BYTES = 210, KIND = MV_LANES;
+    static constexpr int SUBS = 1;
+    static constexpr bool MIN = false;
+    u32 lo[8], hi[8];
+    int sc[16];
     float d;
-    __device__ void load(const u8* b, int j) {
-        const int h = j / 4, g = j % 4;
-        u32 lo[8], hi[8];
-        mv_lds_words<8>(b + 64 * h + 32 * (g & 1), lo);
-        mv_lds_words<8>(b + 128 + 32 * h, hi);
-        const int lshift = 4 * (g / 2), hshift = 2 * g;
+    __device__ void load(const u8* b, int t) {
+        const mv_gather_at g(b + t);
+        const u32 l00 = g(0), l01 = g(32), l10 = g(64), l11 = g(96), h0 = g(128), h1 = g(160);
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
-            w[i] = mv_sub_bytes(((lo[i] >> lshift) & 0x0f0f0f0fu) | (((hi[i] >> hshift) & 0x03030303u) << 4),
-                             0x20202020u);
-        sc0 = (i8)b[192 + 2 * j], sc1 = (i8)b[192 + 2 * j + 1];
+        for (int i = 0; i < 8; ++i) {
+            const int h = i / 4, q = i % 4;
+            const u32 l = h == 0 ? ((q & 1) ? l01 : l00) : ((q & 1) ? l11 : l10);
+            const u32 hb = h == 0 ? h0 : h1;
+            const u32 x = ((l >> (4 * (q >> 1))) & 0x0f0f0f0fu) | (((hb >> (2 * q)) & 0x03030303u) << 4);
+            const u32 v = (x + 0x60606060u) ^ 0x80808080u;  // x - 32, bytewise
+            lo[i] = v & 0x0000ffffu, hi[i] = v & 0xffff0000u;
+        }
+        u32 s[4];
+        mv_lds_words<4>(b + 192, s);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) sc[i] = mv_sbyte(s[i / 4], i % 4);
         d = load_f16(b + 208);
     }
-    __device__ void ints(const u32 (&a)[8], u32, int& isum, int& summ) const {
-        int s0, s1;
-        mv_dot8_halves(w, a, s0, s1);
-        isum = sc0 * s0 + sc1 * s1;
-        summ = 0;
-    }
-    __device__ float term(int isum, int, float da) const {
-        return __fmul_rn(__fmul_rn(d, da), (float)isum);
+    __device__ int lane_sum(const u32 (&a)[8]) const {
+        int s = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+            s += sc[2 * i] * mv_dp4a(lo[i], a[i], 0) + sc[2 * i + 1] * mv_dp4a(hi[i], a[i], 0);
+        return s;
     }
 };
 
@@ -442,16 +490,97 @@ __device__ __forceinline__ void mv_load_acts(const i8* p, u32 (&a)[8]) {
     a[4] = z.x, a[5] = z.y, a[6] = z.z, a[7] = z.w;
 }
 
+// Length of a chain's row of `terms` for n terms per step: n rounded so that consecutive rows
+// start 4 banks apart mod 8 (conflict-free 16-byte reads by the chain threads, and conflict-free
+// writes by the 8 lanes × 4 super-blocks of a lane-major warp).
+constexpr int mv_rowlen(int n) { return (n + 3) / 8 * 8 + 4; }
+
+// Bytes of one super-block of transposed activations in `acts_t`: 256 quants (lane t's 8 words
+// at 32t), 4 words of i16 pair sums of bsums (Q4_K / Q5_K mins), f32 d; 288 keeps the rows of
+// 32 threads' writes on distinct banks.
+#define MV_ACT_T 288
+
+// Floats of `terms` for the largest configuration: MV_WARPS / wpr rows, `cols` activation rows,
+// `l` chains each, rows of wpr * units terms (lane-major formats: wpr * cols <= MV_COLS).
+constexpr int mv_tfloats(bool lanes, int units, int l) {
+    int best = 0;
+    for (int wpr = 1; wpr <= MV_WARPS; wpr *= 2) {
+        const int cols = lanes ? MV_COLS / wpr : MV_COLS;
+        const int v = MV_WARPS / wpr * cols * l * mv_rowlen(wpr * units);
+        best = v > best ? v : best;
+    }
+    return best;
+}
+
 template <typename F>
 struct mv_shape {
-    // Elements of a row per warp step: F::SUBS times 32 per lane, so that each step moves
-    // about a kilobyte or more of weights (bytes in flight hide the memory latency).
-    static constexpr int STEP = F::SUBS * MV_CHUNK;
-    static constexpr int CHUNK_BYTES = STEP / F::BLOCK * F::BYTES;
-    // 16-byte words a step can touch (its start is not aligned).
+    static constexpr bool LANES = F::KIND == MV_LANES;
+    static constexpr int STEP = F::SUBS * MV_CHUNK;  // elements of a warp's chunk
+    static constexpr int UNITS = STEP / F::BLOCK;    // blocks (super-blocks) per chunk
+    static constexpr int CHUNK_BYTES = UNITS * F::BYTES;
+    // 16-byte words a chunk can touch (its start is not aligned).
     static constexpr int WORDS = (CHUNK_BYTES + 30) / 16;
     static constexpr int LOADS = (WORDS + WARP - 1) / WARP;
+    // Chains per (row, activation row): 8 lanes (+ Q4_K / Q5_K's min sum), else 1.
+    static constexpr int L = LANES ? 8 + F::MIN : 1;
+    // Chains per thread, at most.
+    static constexpr int MAXC = (MV_WARPS * MV_COLS * L + MV_WARPS * WARP - 1) / (MV_WARPS * WARP);
+    // `terms` floats for the largest configuration (lane-major: wpr * columns <= MV_COLS).
+    static constexpr int T_FLOATS = mv_tfloats(LANES, UNITS, L);
+    // Transposed activations of a block step (lane-major: wpr * columns <= MV_COLS).
+    static constexpr int A_WORDS = LANES ? MV_COLS * UNITS * MV_ACT_T / 16 : 1;
 };
+
+// O_p = [e0.p, e1.p, e2.p, e3.p] for p = 0..3 (a 4 × 4 byte transpose).
+__device__ __forceinline__ void mv_transpose4(u32 e0, u32 e1, u32 e2, u32 e3, u32& o0, u32& o1,
+                                              u32& o2, u32& o3) {
+    const u32 a = __byte_perm(e0, e1, 0x5140), b = __byte_perm(e0, e1, 0x7362);
+    const u32 c = __byte_perm(e2, e3, 0x5140), d = __byte_perm(e2, e3, 0x7362);
+    o0 = __byte_perm(a, c, 0x5410), o1 = __byte_perm(a, c, 0x7632);
+    o2 = __byte_perm(b, d, 0x5410), o3 = __byte_perm(b, d, 0x7632);
+}
+
+__device__ __forceinline__ u32 mv_pair_sum(u32 v) {
+    return (u32)((int)(short)(v & 0xffffu) + (int)(short)(v >> 16)) & 0xffffu;
+}
+
+// The `span` activation super-blocks from `sb0` of columns m0 .. m0 + nc, lane-major, into
+// `acts_t` (super-block sbx of column j at (j * span + sbx) * MV_ACT_T): thread t's word i holds
+// the quants of elements 32i + t, + 8, + 16, + 24; then the i16 pairs of Σ bsums over 32
+// elements (Q4_K / Q5_K), and the f32 scale.
+template <typename F>
+__device__ void mv_stage_acts(uint4* acts_t, const u8* acts, long long meta_off,
+                              long long bsums_off, int k, int m0, int nc, int sb0, int span,
+                              int n_units) {
+    const i8* qs = (const i8*)acts;
+    const int tasks = nc * span * 9;  // 8 groups of 32 quants and the scales, per super-block
+    for (int task = threadIdx.x; task < tasks; task += MV_WARPS * WARP) {
+        const int j = task / (span * 9), rem = task - j * span * 9;
+        const int sbx = rem / 9, g = rem - sbx * 9;
+        if (sb0 + sbx >= n_units) continue;
+        u8* dst = (u8*)acts_t + (j * span + sbx) * MV_ACT_T;
+        const i64 ae = (i64)(m0 + j) * k + (i64)(sb0 + sbx) * QK_K;  // first element
+        if (g < 8) {
+            const uint4 x = mv_ld_nc16(qs + ae + 32 * g), z = mv_ld_nc16(qs + ae + 32 * g + 16);
+            u32 o[8];  // even words hold lanes 0..3, odd words lanes 4..7
+            mv_transpose4(x.x, x.z, z.x, z.z, o[0], o[1], o[2], o[3]);
+            mv_transpose4(x.y, x.w, z.y, z.w, o[4], o[5], o[6], o[7]);
+#pragma unroll
+            for (int t = 0; t < 8; ++t) *(u32*)(dst + 32 * t + 4 * g) = o[t];
+        } else {
+            if (F::MIN) {
+                const u8* bs = acts + bsums_off + (ae / 16) * 2;
+                const uint4 b0 = mv_ld_nc16(bs), b1 = mv_ld_nc16(bs + 16);
+                *(uint4*)(dst + 256) =
+                    make_uint4(mv_pair_sum(b0.x) | mv_pair_sum(b0.y) << 16,
+                               mv_pair_sum(b0.z) | mv_pair_sum(b0.w) << 16,
+                               mv_pair_sum(b1.x) | mv_pair_sum(b1.y) << 16,
+                               mv_pair_sum(b1.z) | mv_pair_sum(b1.w) << 16);
+            }
+            *(float*)(dst + 272) = *(const float*)(acts + meta_off + (ae / QK_K) * 4);
+        }
+    }
+}
 
 // Loads the 16-byte words of weight bytes [s, e) (from the word holding s) into `buf`: word
 // `lane + 32 i` in buf[i].
@@ -474,61 +603,93 @@ __device__ void matvec_q8(float* __restrict__ y, const u8* __restrict__ w,
                           int n_out, int k, int m, int wpr) {
     using S = mv_shape<F>;
     __shared__ uint4 stage[MV_WARPS][S::WORDS + 1];  // + 1: mv_lds_words may read one word past
-    __shared__ float partial[MV_WARPS][MV_COLS];
+    // f32 terms of a block step: chain c (row c / (nc L), activation row (c / L) % nc, lane
+    // c % L) at c * rowlen, in element order; at the end, the lane chains' sums.
+    __shared__ float4 terms_v[(S::T_FLOATS + 3) / 4];
+    float* terms = (float*)terms_v;
+    __shared__ uint4 acts_t[S::A_WORDS];
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    const int row = blockIdx.x * (MV_WARPS / wpr) + warp / wpr;
-    const int part = warp % wpr;
+    const int rows = MV_WARPS / wpr;  // weight rows of this block
+    const int r = warp / wpr, part = warp % wpr;
+    const int row = blockIdx.x * rows + r;
     const int m0 = blockIdx.y * MV_COLS;
     const int nc = min(MV_COLS, m - m0);
     const i64 row_bytes = (i64)(k / F::BLOCK) * F::BYTES;
     const i64 total = (i64)n_out * row_bytes;
+    const int n_units = k / F::BLOCK;  // blocks (super-blocks) per row
     const int n_chunks = (k + S::STEP - 1) / S::STEP;
+    const int n_steps = (n_chunks + wpr - 1) / wpr;
+    const int span = wpr * S::UNITS;  // terms per chain and block step
+    const int rowlen = mv_rowlen(span);
+    const int n_chains = rows * nc * S::L;
+    const bool active = row < n_out;
     const i8* qs = (const i8*)acts;
     const u8* meta = acts + meta_off;
     const u8* bsums = acts + bsums_off;
+    const i64 row0 = (i64)row * row_bytes, row_end = row0 + row_bytes;
 
-    float acc[MV_COLS];
+    float acc[S::MAXC];
 #pragma unroll
-    for (int j = 0; j < MV_COLS; ++j) acc[j] = 0.0f;
+    for (int i = 0; i < S::MAXC; ++i) acc[i] = 0.0f;
 
-    if (row < n_out) {
-        const i64 row0 = (i64)row * row_bytes, row_end = row0 + row_bytes;
-        uint4 buf[S::LOADS];
-        if (part < n_chunks) {
-            const i64 s = row0 + (i64)part * S::CHUNK_BYTES;
-            mv_fetch<S::LOADS>(buf, w, s, min(s + S::CHUNK_BYTES, row_end), total, lane);
-        }
-        for (int c = part; c < n_chunks; c += wpr) {
-            const i64 s = row0 + (i64)c * S::CHUNK_BYTES;
-            const i64 e = min(s + S::CHUNK_BYTES, row_end);
-            const int n_words = (int)(((e + 15) >> 4) - (s >> 4));
+    uint4 buf[S::LOADS];
+    if (active && part < n_chunks) {
+        const i64 s0 = row0 + (i64)part * S::CHUNK_BYTES;
+        mv_fetch<S::LOADS>(buf, w, s0, min(s0 + S::CHUNK_BYTES, row_end), total, lane);
+    }
+    for (int s = 0; s < n_steps; ++s) {
+        const int c = s * wpr + part;  // this warp's chunk of its row
+        const bool have = active && c < n_chunks;
+        const i64 cs = row0 + (i64)c * S::CHUNK_BYTES;
+        if (have) {
+            const i64 ce = min(cs + S::CHUNK_BYTES, row_end);
+            const int n_words = (int)(((ce + 15) >> 4) - (cs >> 4));
 #pragma unroll
             for (int i = 0; i < S::LOADS; ++i) {
                 const int wi = lane + WARP * i;
                 if (wi < n_words) stage[warp][wi] = buf[i];
             }
-            __syncwarp();
-            if (c + wpr < n_chunks) {  // the next step's loads fly while this one computes
-                const i64 s2 = row0 + (i64)(c + wpr) * S::CHUNK_BYTES;
-                mv_fetch<S::LOADS>(buf, w, s2, min(s2 + S::CHUNK_BYTES, row_end), total, lane);
-            }
-            const u8* base = (const u8*)stage[warp] + (s & 15);
+        }
+        if constexpr (S::LANES)
+            mv_stage_acts<F>(acts_t, acts, meta_off, bsums_off, k, m0, nc, s * span, span, n_units);
+        __syncthreads();
+        if (active && c + wpr < n_chunks) {  // the next chunk's loads fly while this one computes
+            const i64 s2 = row0 + (i64)(c + wpr) * S::CHUNK_BYTES;
+            mv_fetch<S::LOADS>(buf, w, s2, min(s2 + S::CHUNK_BYTES, row_end), total, lane);
+        }
+        if (have) {
+            const u8* base = (const u8*)stage[warp] + (cs & 15);
+            // Chain rows of (r, activation row 0), and this chunk's first position in them.
+            float* tr = terms + r * nc * S::L * rowlen + part * S::UNITS;
 #pragma unroll
             for (int sub = 0; sub < F::SUBS; ++sub) {
-                const int e_sub = c * S::STEP + sub * MV_CHUNK;  // first element of this part
-                if (e_sub >= k) break;
-                const int e0 = e_sub + 32 * lane;  // this lane's first element of the row
-                const bool valid = e0 < k;
-                F f;
-                if (valid)
-                    f.load(F::KQ ? base + (sub * 4 + lane / 8) * F::BYTES
-                                 : base + (sub * WARP + lane) * F::BYTES,
-                           lane % 8);
+                if constexpr (F::KIND == MV_LEGACY) {
+                    const int u = sub * WARP + lane;  // block of the chunk
+                    const int e0 = c * S::STEP + 32 * u;
+                    if (e0 >= k) break;
+                    F f;
+                    f.load(base + u * F::BYTES, 0);
 #pragma unroll
-                for (int j = 0; j < MV_COLS; ++j) {
-                    if (j >= nc) break;
-                    const i64 ae = (i64)(m0 + j) * k + e0;  // activation element index
-                    if constexpr (F::KQ) {
+                    for (int j = 0; j < MV_COLS; ++j) {
+                        if (j >= nc) break;
+                        const i64 ae = (i64)(m0 + j) * k + e0;  // activation element index
+                        u32 a[8];
+                        mv_load_acts(qs + ae, a);
+                        const uint2 am = *(const uint2*)(meta + (ae / 32) * 8);
+                        tr[j * rowlen + u] = f.term(a, am);
+                    }
+                } else if constexpr (F::KIND == MV_KSUM) {
+                    const int e_sub = c * S::STEP + sub * MV_CHUNK;
+                    if (e_sub >= k) break;                // warp-uniform
+                    const int u = sub * 4 + lane / 8;    // super-block of the chunk
+                    const int e0 = e_sub + 32 * lane;    // this lane's first element
+                    const bool valid = e0 < k;
+                    F f;
+                    if (valid) f.load(base + u * F::BYTES, lane % 8);
+#pragma unroll
+                    for (int j = 0; j < MV_COLS; ++j) {
+                        if (j >= nc) break;
+                        const i64 ae = (i64)(m0 + j) * k + e0;
                         int isum = 0, summ = 0;
                         float da = 0.0f;
                         if (valid) {
@@ -543,39 +704,75 @@ __device__ void matvec_q8(float* __restrict__ y, const u8* __restrict__ w,
                             isum += __shfl_xor_sync(MV_FULL, isum, o);
                             summ += __shfl_xor_sync(MV_FULL, summ, o);
                         }
-                        if (valid && lane % 8 == 0) acc[j] += f.term(isum, summ, da);
-                    } else {
-                        if (valid) {
-                            u32 a[8];
-                            mv_load_acts(qs + ae, a);
-                            const uint2 am = *(const uint2*)(meta + (ae / 32) * 8);
-                            acc[j] += f.term(a, am);
+                        if (valid && lane % 8 == 0) tr[j * rowlen + u] = f.term(isum, summ, da);
+                    }
+                } else {
+                    const int u = sub * 4 + lane / 8, t = lane % 8;  // super-block, lane
+                    if (c * S::UNITS + u >= n_units) break;
+                    F f;
+                    f.load(base + u * F::BYTES, t);
+                    const int sbx = part * S::UNITS + u;  // super-block of the block step
+#pragma unroll
+                    for (int j = 0; j < MV_COLS; ++j) {
+                        if (j >= nc) break;
+                        const u8* at = (const u8*)acts_t + (j * span + sbx) * MV_ACT_T;
+                        const uint4 x = *(const uint4*)(at + 32 * t), z = *(const uint4*)(at + 32 * t + 16);
+                        const u32 a[8] = {x.x, x.y, x.z, x.w, z.x, z.y, z.z, z.w};
+                        const float da = *(const float*)(at + 272);
+                        float* tj = tr + j * S::L * rowlen + u;
+                        tj[t * rowlen] = __fmul_rn(__fmul_rn(f.d, da), (float)f.lane_sum(a));
+                        if constexpr (F::MIN) {
+                            if (t == 0) {
+                                const int summ = f.min_sum(*(const uint4*)(at + 256));
+                                tj[8 * rowlen] = __fmul_rn(__fmul_rn(f.dmin, da), (float)summ);
+                            }
                         }
                     }
                 }
             }
-            __syncwarp();
+        }
+        __syncthreads();
+        // The chains: this step's terms, in element order.
+        const int n_terms = min(span, n_units - s * span);
+#pragma unroll
+        for (int i = 0; i < S::MAXC; ++i) {
+            const int ch = threadIdx.x + i * MV_WARPS * WARP;
+            if (ch >= n_chains || blockIdx.x * rows + ch / (nc * S::L) >= n_out) continue;
+            const float* t = terms + ch * rowlen;
+            float v = acc[i];
+            if (F::MIN && ch % S::L == 8) {  // ggml: sum -= (dmin·d_a) Σ min·bsum
+                for (int u = 0; u < n_terms; ++u) v = __fsub_rn(v, t[u]);
+            } else {
+                for (int u = 0; u < n_terms; ++u) v = __fadd_rn(v, t[u]);
+            }
+            acc[i] = v;
         }
     }
 
+    if constexpr (!S::LANES) {
 #pragma unroll
-    for (int j = 0; j < MV_COLS; ++j)
-        if (j < nc) acc[j] = warp_sum(acc[j]);
-    if (wpr == 1) {
-        float v = acc[0];
-#pragma unroll
-        for (int j = 1; j < MV_COLS; ++j) v = lane == j ? acc[j] : v;
-        if (row < n_out && lane < nc) y[(i64)(m0 + lane) * n_out + row] = v;
+        for (int i = 0; i < S::MAXC; ++i) {
+            const int ch = threadIdx.x + i * MV_WARPS * WARP;
+            const int out = blockIdx.x * rows + ch / nc;
+            if (ch < n_chains && out < n_out) y[(i64)(m0 + ch % nc) * n_out + out] = acc[i];
+        }
     } else {
-        if (lane == 0) {
+        __syncthreads();  // every chain has read its last terms
 #pragma unroll
-            for (int j = 0; j < MV_COLS; ++j) partial[warp][j] = acc[j];
+        for (int i = 0; i < S::MAXC; ++i) {
+            const int ch = threadIdx.x + i * MV_WARPS * WARP;
+            if (ch < n_chains) terms[ch] = acc[i];
         }
         __syncthreads();
-        if (part == 0 && row < n_out && lane < nc) {
-            float v = 0.0f;
-            for (int p = 0; p < wpr; ++p) v += partial[warp + p][lane];
-            y[(i64)(m0 + lane) * n_out + row] = v;
+        const int o = threadIdx.x;  // output (row o / nc, activation row o % nc)
+        const int out = blockIdx.x * rows + o / nc;
+        if (o < rows * nc && out < n_out) {
+            // ggml: sum (Q4_K / Q5_K's min chain, else 0) + sums[0] + ... + sums[7]
+            const float* f = terms + o * S::L;
+            float v = F::MIN ? f[S::L - 1] : 0.0f;
+#pragma unroll
+            for (int l = 0; l < 8; ++l) v = __fadd_rn(v, f[l]);
+            y[(i64)(m0 + o % nc) * n_out + out] = v;
         }
     }
 }
@@ -599,10 +796,24 @@ MATVEC_Q8(q6_k, mv_q6_k)
 
 // ---------------------------------------------------------------------------------------------
 // Float weights the way ggml's CPU computes them: the activation rounded to the weight's type
-// (F16: half, BF16: bfloat16, F32: as is), each product w·x rounded to f32, the products summed
-// in f64 (rounded to f32 once at the end; the CPU's f64 sum runs in element order, so the two
-// differ only when the association of that sum changes the final rounding). One warp per row,
-// 16-byte weight loads when rows are 16-byte aligned, MV_COLS activation rows per pass.
+// (F16: half, BF16: bfloat16, F32: as is), each product w·x rounded to f32, widened to f64 and
+// added to one f64 sum in element order, which is rounded to f32 at the end.
+//
+// That sum is one chain of k dependent f64 additions per output. A warp computes one output
+// and runs its chain speculatively, 32 · FE elements (a chunk) at a time:
+// 1. lane i takes elements FE·i .. FE·i + FE of the chunk and sums its products as a tree: a
+//    guess of what its segment adds to the chain;
+// 2. lane 0 adds the 32 guesses to the chain value one after the other, giving a guessed
+//    chain value P_i at the start of every segment;
+// 3. every lane adds its products one by one to P_i, exactly as the CPU does from there, and
+//    checks that it arrives at P_{i+1} (bit for bit).
+// If all agree, every P_i is the CPU's value (by induction from the chunk's exact start) and
+// the chunk is done. Otherwise the first disagreeing lane's own result is the CPU's value at
+// the end of its segment, and 2-3 run again from there for the lanes after it. The guesses are
+// exact unless an addition of the segment rounds, which the f64 sum of f32 products seldom
+// does, so a chunk usually costs 2 f64 additions per element and a chain latency of about
+// 2·FE + 32 additions instead of 32·FE. Weights are read with 16-byte loads (the next chunk's
+// while this one computes) when rows are 16-byte aligned.
 
 // bfloat16 rounding like ggml's FP32_TO_BF16 (nearest even; NaN stays NaN).
 __device__ __forceinline__ float mv_round_bf16(float f) {
@@ -625,88 +836,119 @@ __device__ __forceinline__ float mv_weight_at(const u8* w, i64 i) {
     return bf16_to_f32(load_u16(w + 2 * i));
 }
 
-__device__ __forceinline__ double mv_warp_sum_f64(double v) {
-#pragma unroll
-    for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(MV_FULL, v, o);
-    return v;
+// Weight `e` of a 16-byte word.
+template <int T>
+__device__ __forceinline__ float mv_weight_in(uint4 v, int e) {
+    const u32 words[4] = {v.x, v.y, v.z, v.w};
+    if (T == 0) return __uint_as_float(words[e]);
+    const u16 h = (u16)(words[e / 2] >> (16 * (e % 2)));
+    return T == 1 ? f16_to_f32(h) : bf16_to_f32(h);
 }
 
 template <int T>
 __device__ void matvec_float(float* __restrict__ y, const u8* __restrict__ w,
-                             const float* __restrict__ x, int n_out, int k, int m) {
+                             const float* __restrict__ x, int n_out, int k, int m, int cc) {
     constexpr int EB = T == 0 ? 4 : 2;  // bytes per weight
     constexpr int EPW = 16 / EB;        // weights per 16-byte word
-    constexpr int UNROLL = 4;           // words in flight per lane
+    constexpr int FE = 16;              // elements per lane and chunk
+    constexpr int NW = FE / EPW;        // 16-byte words of weights per lane and chunk
+    constexpr int CHUNK = WARP * FE;
+    __shared__ double guess[MV_WARPS][WARP];      // step 1
+    __shared__ double start[MV_WARPS][WARP + 1];  // step 2: P_i
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    const int row = blockIdx.x * MV_WARPS + warp;
-    const int m0 = blockIdx.y * MV_COLS;
-    const int nc = min(MV_COLS, m - m0);
-    if (row >= n_out) return;
+    // cc activation rows (a power of two <= 8) of MV_WARPS / cc weight rows per block
+    const int row = blockIdx.x * (MV_WARPS / cc) + warp / cc;
+    const int col = blockIdx.y * cc + warp % cc;
+    if (row >= n_out || col >= m) return;  // the whole warp
     const u8* wr = w + (i64)row * k * EB;
-    double acc[MV_COLS];
+    const float* xr = x + (i64)col * k;
+    // 16-byte loads of weights and activations need rows aligned to 16 bytes.
+    const bool vec = k % EPW == 0 && k % 4 == 0;
+    uint4 wv[NW];
+    auto fetch = [&](int c0) {
+        const int e0 = c0 + lane * FE;
 #pragma unroll
-    for (int j = 0; j < MV_COLS; ++j) acc[j] = 0.0;
-    if (k % EPW == 0) {
-        const int nw = k / EPW;
-        for (int w0 = 0; w0 < nw; w0 += WARP * UNROLL) {
-            uint4 wv[UNROLL];
+        for (int q = 0; q < NW; ++q)
+            if (e0 + q * EPW < k) wv[q] = mv_ld_nc16(wr + (i64)(e0 + q * EPW) * EB);
+    };
+    if (vec) fetch(0);
+    double s = 0.0;  // the CPU's sum so far
+    for (int c0 = 0; c0 < k; c0 += CHUNK) {
+        const int e0 = c0 + lane * FE;
+        const int ne = max(0, min(FE, k - e0));            // this lane's elements
+        const int nl = min(WARP, (k - c0 + FE - 1) / FE);  // lanes with elements
+        float p[FE];
+        if (vec) {
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const int wi = w0 + u * WARP + lane;
-                if (wi < nw) wv[u] = mv_ld_stream16(wr + (i64)wi * 16);
-            }
+            for (int q = 0; q < NW; ++q)
 #pragma unroll
-            for (int u = 0; u < UNROLL; ++u) {
-                const int wi = w0 + u * WARP + lane;
-                if (wi >= nw) break;
-                float wf[EPW];
-                const u32 words[4] = {wv[u].x, wv[u].y, wv[u].z, wv[u].w};
+                for (int e = 0; e < EPW; ++e) p[q * EPW + e] = mv_weight_in<T>(wv[q], e);
 #pragma unroll
-                for (int e = 0; e < EPW; ++e) {
-                    if (T == 0) wf[e] = __uint_as_float(words[e]);
-                    else {
-                        const u16 h = (u16)(words[e / 2] >> (16 * (e % 2)));
-                        wf[e] = T == 1 ? f16_to_f32(h) : bf16_to_f32(h);
-                    }
+            for (int v = 0; v < FE / 4; ++v) {
+                if (4 * v >= ne) {
+                    p[4 * v] = p[4 * v + 1] = p[4 * v + 2] = p[4 * v + 3] = 0.0f;
+                    continue;
                 }
+                const float4 xv = *(const float4*)(xr + e0 + 4 * v);
+                const float xs[4] = {xv.x, xv.y, xv.z, xv.w};
 #pragma unroll
-                for (int j = 0; j < MV_COLS; ++j) {
-                    if (j >= nc) break;
-                    const float4* xv = (const float4*)(x + (i64)(m0 + j) * k + (i64)wi * EPW);
-#pragma unroll
-                    for (int q = 0; q < EPW / 4; ++q) {
-                        const float4 v = xv[q];
-                        const float xs[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                        for (int e = 0; e < 4; ++e)
-                            acc[j] += (double)__fmul_rn(wf[4 * q + e], mv_round_act<T>(xs[e]));
-                    }
-                }
+                for (int e = 0; e < 4; ++e)
+                    p[4 * v + e] = __fmul_rn(p[4 * v + e], mv_round_act<T>(xs[e]));
             }
-        }
-    } else {
-        for (int i = lane; i < k; i += WARP) {
-            const float wf = mv_weight_at<T>(wr, i);
+            if (c0 + CHUNK < k) fetch(c0 + CHUNK);
+        } else {
 #pragma unroll
-            for (int j = 0; j < MV_COLS; ++j) {
-                if (j >= nc) break;
-                acc[j] += (double)__fmul_rn(wf, mv_round_act<T>(x[(i64)(m0 + j) * k + i]));
+            for (int e = 0; e < FE; ++e)
+                p[e] = e < ne ? __fmul_rn(mv_weight_at<T>(wr, e0 + e), mv_round_act<T>(xr[e0 + e]))
+                              : 0.0f;
+        }
+        // 1. the guess
+        double t[FE / 2];
+#pragma unroll
+        for (int i = 0; i < FE / 2; ++i) t[i] = __dadd_rn((double)p[2 * i], (double)p[2 * i + 1]);
+#pragma unroll
+        for (int n = FE / 4; n >= 1; n /= 2)
+#pragma unroll
+            for (int i = 0; i < n; ++i) t[i] = __dadd_rn(t[2 * i], t[2 * i + 1]);
+        guess[warp][lane] = t[0];
+        int first = 0;  // lanes before `first` are done; s is the chain value at its start
+        for (;;) {
+            __syncwarp();
+            if (lane == 0) {  // 2.
+                double v = s;
+                start[warp][first] = v;
+                for (int i = first; i < nl; ++i) start[warp][i + 1] = v = __dadd_rn(v, guess[warp][i]);
             }
-        }
-    }
-    double v = 0.0;
+            __syncwarp();
+            double v = 0.0;  // 3.
+            bool wrong = false;
+            if (lane >= first && lane < nl) {
+                v = start[warp][lane];
 #pragma unroll
-    for (int j = 0; j < MV_COLS; ++j) {
-        const double s = mv_warp_sum_f64(acc[j]);
-        v = lane == j ? s : v;
+                for (int e = 0; e < FE; ++e)
+                    if (e < ne) v = __dadd_rn(v, (double)p[e]);
+                wrong = __double_as_longlong(v) != __double_as_longlong(start[warp][lane + 1]);
+            }
+            const u32 bad = __ballot_sync(MV_FULL, wrong);
+            if (bad == 0) {
+                s = start[warp][nl];
+                break;
+            }
+            const int i = __ffs(bad) - 1;
+            s = __shfl_sync(MV_FULL, v, i);
+            first = i + 1;
+            if (first == nl) break;
+        }
+        __syncwarp();  // `guess` and `start` are rewritten next chunk
     }
-    if (lane < nc) y[(i64)(m0 + lane) * n_out + row] = (float)v;
+    if (lane == 0) y[(i64)col * n_out + row] = __double2float_rn(s);
 }
 
 #define MATVEC_FLOAT(name, t)                                                                    \
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV_MIN_BLOCKS)                 \
-        matvec_float_##name(float* y, const u8* w, const float* x, int n_out, int k, int m) {    \
-        matvec_float<t>(y, w, x, n_out, k, m);                                                   \
+        matvec_float_##name(float* y, const u8* w, const float* x, int n_out, int k, int m,      \
+                            int cc) {                                                            \
+        matvec_float<t>(y, w, x, n_out, k, m, cc);                                               \
     }
 MATVEC_FLOAT(f32, 0)
 MATVEC_FLOAT(f16, 1)

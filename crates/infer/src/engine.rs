@@ -184,8 +184,15 @@ impl Engine {
         let mut text = String::new();
         let mut stop = StopReason::MaxTokens;
         let gen_start = Instant::now();
+        // Greedy decoding without penalties picks the token on the model's device, so only its
+        // id crosses to the host.
+        let on_device = opts.sampler.is_greedy() && !opts.sampler.has_penalties();
+        let mut chosen: Option<u32> = None;
         while tokens.len() < opts.max_tokens {
-            let token = sampler.sample(&mut logits)?;
+            let token = match chosen.take() {
+                Some(t) => t,
+                None => sampler.sample(&mut logits)?,
+            };
             sampler.accept(token);
             tokens.push(token);
             if opts.stop_at_eog && self.tokenizer.is_eog(token) {
@@ -207,9 +214,13 @@ impl Engine {
                 stop = StopReason::ContextFull;
                 break;
             }
-            logits = self
-                .model
-                .forward(&[token], cache.as_mut(), Logits::Last, &mut NoTap)?;
+            if on_device {
+                chosen = Some(self.model.forward_greedy(&[token], cache.as_mut())?);
+            } else {
+                logits = self
+                    .model
+                    .forward(&[token], cache.as_mut(), Logits::Last, &mut NoTap)?;
+            }
         }
         let rest = stream.finish();
         if !rest.is_empty() {

@@ -5,7 +5,7 @@ use synaptix_nn::{record, Backend, Embedding, KvCache, Linear, RmsNorm, Tap, Var
 
 use crate::{next_positions, HParams, Logits, Result};
 
-pub(crate) struct Trunk<B: Backend> {
+pub struct Trunk<B: Backend> {
     pub embedding: Embedding<B>,
     /// Multiplies embeddings (Gemma: `sqrt(n_embd)`).
     pub embed_scale: Option<f32>,
@@ -31,7 +31,7 @@ impl<B: Backend> Trunk<B> {
         })
     }
 
-    /// Embeds `tokens`, runs `block` for every layer, then the head; returns host logits.
+    /// Embeds `tokens`, runs `block` for every layer, then the head; returns the logits.
     pub fn run(
         &self,
         be: &B,
@@ -46,7 +46,7 @@ impl<B: Backend> Trunk<B> {
             &mut B::Kv,
             &mut dyn Tap,
         ) -> Result<()>,
-    ) -> Result<Vec<f32>> {
+    ) -> Result<B::Tensor> {
         let positions = be.positions(&next_positions(cache, tokens.len())?)?;
         let mut x = self.embedding.lookup(be, tokens, self.embed_scale)?;
         record(be, tap, "", "inp_embd", &x)?;
@@ -64,6 +64,82 @@ impl<B: Backend> Trunk<B> {
             be.softcap(&mut out, cap)?;
         }
         record(be, tap, "", "result_output", &out)?;
-        Ok(be.to_host(&out)?)
+        Ok(out)
+    }
+}
+
+/// The layers between the embedding and the head: what distinguishes one architecture.
+pub trait Layers<B: Backend>: Send + Sync {
+    /// Runs layer `il` on `x` in place.
+    fn forward(
+        &self,
+        be: &B,
+        il: usize,
+        x: &mut B::Tensor,
+        pos: &B::Positions,
+        kv: &mut B::Kv,
+        tap: &mut dyn Tap,
+    ) -> Result<()>;
+}
+
+/// A decoder-only model: the shared trunk around an architecture's layers, on a backend.
+pub struct Decoder<B: Backend, L> {
+    pub(crate) be: B,
+    pub(crate) info: crate::ModelInfo,
+    pub(crate) trunk: Trunk<B>,
+    pub(crate) layers: L,
+}
+
+impl<B: Backend, L: Layers<B>> Decoder<B, L> {
+    fn logits(
+        &self,
+        tokens: &[u32],
+        cache: &mut dyn crate::Cache,
+        logits: Logits,
+        tap: &mut dyn Tap,
+    ) -> Result<B::Tensor> {
+        let (be, layers) = (&self.be, &self.layers);
+        self.trunk.run(
+            be,
+            tokens,
+            crate::own_cache::<B>(cache)?,
+            logits,
+            tap,
+            |il, x, pos, kv, tap| layers.forward(be, il, x, pos, kv, tap),
+        )
+    }
+}
+
+impl<B: Backend, L: Layers<B>> crate::CausalLm for Decoder<B, L> {
+    fn info(&self) -> &crate::ModelInfo {
+        &self.info
+    }
+
+    fn device(&self) -> String {
+        self.be.name()
+    }
+
+    fn new_cache(&self, n_ctx: usize) -> Result<Box<dyn crate::Cache>> {
+        Ok(Box::new(KvCache::new(
+            &self.be,
+            &self.info.hparams.kv_layout(),
+            n_ctx,
+        )?))
+    }
+
+    fn forward(
+        &self,
+        tokens: &[u32],
+        cache: &mut dyn crate::Cache,
+        logits: Logits,
+        tap: &mut dyn Tap,
+    ) -> Result<Vec<f32>> {
+        let out = self.logits(tokens, cache, logits, tap)?;
+        Ok(self.be.to_host(&out)?)
+    }
+
+    fn forward_greedy(&self, tokens: &[u32], cache: &mut dyn crate::Cache) -> Result<u32> {
+        let out = self.logits(tokens, cache, Logits::Last, &mut synaptix_nn::NoTap)?;
+        Ok(self.be.argmax(&out)?)
     }
 }

@@ -8,18 +8,18 @@
 
 use synaptix_bundle::Value;
 use synaptix_nn::{
-    record, Activation, AttentionSpec, Backend, GatedMlp, KvCache, RmsNorm, Rope, RopeStyle,
-    SelfAttention, SelfAttentionConfig, Tap, VarBuilder,
+    record, Activation, AttentionSpec, Backend, GatedMlp, RmsNorm, Rope, RopeStyle, SelfAttention,
+    SelfAttentionConfig, Tap, VarBuilder,
 };
 
-use crate::decoder::Trunk;
-use crate::{own_cache, Cache, CausalLm, Logits, ModelError, ModelInfo, Result};
+use crate::decoder::{Decoder, Layers, Trunk};
+use crate::{ModelError, ModelInfo, Result};
 
 /// Layers per repeat of the window pattern: five windowed layers, then one global.
 const DEFAULT_SWA_PATTERN: usize = 6;
 const DEFAULT_SWA_ROPE_BASE: f32 = 10_000.0;
 
-struct Block<B: Backend> {
+pub struct Block<B: Backend> {
     attn_norm: RmsNorm<B>,
     attn: SelfAttention<B>,
     post_attention_norm: RmsNorm<B>,
@@ -28,11 +28,20 @@ struct Block<B: Backend> {
     post_ffw_norm: RmsNorm<B>,
 }
 
-pub struct Gemma3<B: Backend> {
-    be: B,
-    info: ModelInfo,
-    trunk: Trunk<B>,
-    blocks: Vec<Block<B>>,
+pub type Gemma3<B> = Decoder<B, Vec<Block<B>>>;
+
+impl<B: Backend> Layers<B> for Vec<Block<B>> {
+    fn forward(
+        &self,
+        be: &B,
+        il: usize,
+        x: &mut B::Tensor,
+        pos: &B::Positions,
+        kv: &mut B::Kv,
+        tap: &mut dyn Tap,
+    ) -> Result<()> {
+        self[il].forward(be, x, pos, kv, &format!("blk.{il}"), tap)
+    }
 }
 
 /// Reads which layers use the sliding window: an explicit per-layer bool array, or a period.
@@ -82,6 +91,16 @@ impl MetaView<'_> {
             problem,
         }
     }
+}
+
+/// Loads a Gemma 3 file.
+pub fn load<B: Backend>(
+    be: B,
+    vb: &VarBuilder,
+    file: &synaptix_bundle::GgufFile,
+    info: ModelInfo,
+) -> Result<Gemma3<B>> {
+    Gemma3::load(be, vb, file, info)
 }
 
 impl<B: Backend> Gemma3<B> {
@@ -147,9 +166,9 @@ impl<B: Backend> Gemma3<B> {
             .collect::<Result<Vec<_>>>()?;
         let mut trunk = Trunk::load(&be, vb, hp, Some((hp.n_embd as f32).sqrt()))?;
         trunk.final_softcap = final_softcap;
-        Ok(Gemma3 {
+        Ok(Decoder {
             trunk,
-            blocks,
+            layers: blocks,
             info,
             be,
         })
@@ -182,41 +201,5 @@ impl<B: Backend> Block<B> {
         be.add(x, &ffn)?;
         record(be, tap, name, "l_out", x)?;
         Ok(())
-    }
-}
-
-impl<B: Backend> CausalLm for Gemma3<B> {
-    fn info(&self) -> &ModelInfo {
-        &self.info
-    }
-
-    fn device(&self) -> String {
-        self.be.name()
-    }
-
-    fn new_cache(&self, n_ctx: usize) -> Result<Box<dyn Cache>> {
-        Ok(Box::new(KvCache::new(
-            &self.be,
-            &self.info.hparams.kv_layout(),
-            n_ctx,
-        )?))
-    }
-
-    fn forward(
-        &self,
-        tokens: &[u32],
-        cache: &mut dyn Cache,
-        logits: Logits,
-        tap: &mut dyn Tap,
-    ) -> Result<Vec<f32>> {
-        let (be, blocks) = (&self.be, &self.blocks);
-        self.trunk.run(
-            be,
-            tokens,
-            own_cache::<B>(cache)?,
-            logits,
-            tap,
-            |il, x, pos, kv, tap| blocks[il].forward(be, x, pos, kv, &format!("blk.{il}"), tap),
-        )
     }
 }

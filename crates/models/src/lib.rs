@@ -18,6 +18,7 @@ pub mod qwen3;
 use std::any::Any;
 use std::sync::Arc;
 
+pub use decoder::{Decoder, Layers, Trunk};
 pub use hparams::HParams;
 use synaptix_bundle::{GgufError, GgufFile};
 use synaptix_core::Device;
@@ -115,6 +116,10 @@ pub trait CausalLm: Send + Sync {
         logits: Logits,
         tap: &mut dyn Tap,
     ) -> Result<Vec<f32>>;
+
+    /// Runs `tokens` and returns the most likely next token (lowest id on ties), chosen on the
+    /// model's device so that only the id crosses to the host.
+    fn forward_greedy(&self, tokens: &[u32], cache: &mut dyn Cache) -> Result<u32>;
 }
 
 /// Loads the model a GGUF file describes onto the CPU.

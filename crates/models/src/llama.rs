@@ -5,12 +5,12 @@
 //! [`PreNormDecoder`] is also the body of Qwen2 and Qwen3, which differ only in options.
 
 use synaptix_nn::{
-    Activation, AttentionSpec, Backend, GatedMlp, KvCache, PreNormBlock, RmsNorm, Rope, RopeStyle,
+    Activation, AttentionSpec, Backend, GatedMlp, PreNormBlock, RmsNorm, Rope, RopeStyle,
     SelfAttention, SelfAttentionConfig, Tap, VarBuilder,
 };
 
-use crate::decoder::Trunk;
-use crate::{own_cache, Cache, CausalLm, Logits, ModelInfo, Result};
+use crate::decoder::{Decoder, Layers, Trunk};
+use crate::{ModelInfo, Result};
 
 /// Loads a Llama-family file.
 pub fn load<B: Backend>(be: B, vb: &VarBuilder, info: ModelInfo) -> Result<PreNormDecoder<B>> {
@@ -19,11 +19,20 @@ pub fn load<B: Backend>(be: B, vb: &VarBuilder, info: ModelInfo) -> Result<PreNo
 
 /// A decoder of standard pre-norm blocks `blk.{i}`: RMSNorm, GQA self-attention (q/k/v biases
 /// when the file has them, optional per-head QK-norm), RMSNorm, SwiGLU MLP.
-pub struct PreNormDecoder<B: Backend> {
-    be: B,
-    info: ModelInfo,
-    trunk: Trunk<B>,
-    blocks: Vec<PreNormBlock<B>>,
+pub type PreNormDecoder<B> = Decoder<B, Vec<PreNormBlock<B>>>;
+
+impl<B: Backend> Layers<B> for Vec<PreNormBlock<B>> {
+    fn forward(
+        &self,
+        be: &B,
+        il: usize,
+        x: &mut B::Tensor,
+        pos: &B::Positions,
+        kv: &mut B::Kv,
+        tap: &mut dyn Tap,
+    ) -> Result<()> {
+        Ok(self[il].forward(be, x, pos, kv, &format!("blk.{il}"), tap)?)
+    }
 }
 
 impl<B: Backend> PreNormDecoder<B> {
@@ -72,49 +81,11 @@ impl<B: Backend> PreNormDecoder<B> {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(PreNormDecoder {
+        Ok(Decoder {
             trunk: Trunk::load(&be, vb, hp, None)?,
-            blocks,
+            layers: blocks,
             info,
             be,
         })
-    }
-}
-
-impl<B: Backend> CausalLm for PreNormDecoder<B> {
-    fn info(&self) -> &ModelInfo {
-        &self.info
-    }
-
-    fn device(&self) -> String {
-        self.be.name()
-    }
-
-    fn new_cache(&self, n_ctx: usize) -> Result<Box<dyn Cache>> {
-        Ok(Box::new(KvCache::new(
-            &self.be,
-            &self.info.hparams.kv_layout(),
-            n_ctx,
-        )?))
-    }
-
-    fn forward(
-        &self,
-        tokens: &[u32],
-        cache: &mut dyn Cache,
-        logits: Logits,
-        tap: &mut dyn Tap,
-    ) -> Result<Vec<f32>> {
-        let (be, blocks) = (&self.be, &self.blocks);
-        self.trunk.run(
-            be,
-            tokens,
-            own_cache::<B>(cache)?,
-            logits,
-            tap,
-            |il, x, pos, kv, tap| {
-                Ok(blocks[il].forward(be, x, pos, kv, &format!("blk.{il}"), tap)?)
-            },
-        )
     }
 }

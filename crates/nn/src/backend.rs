@@ -69,4 +69,6 @@ pub trait Backend: Send + Sync + 'static {
     fn last_row(&self, x: Self::Tensor) -> Result<Self::Tensor>;
     /// `x = cap * tanh(x / cap)`.
     fn softcap(&self, x: &mut Self::Tensor, cap: f32) -> Result<()>;
+    /// Index of the largest value of the last row (lowest index on ties).
+    fn argmax(&self, x: &Self::Tensor) -> Result<u32>;
 }

@@ -229,6 +229,17 @@ impl Backend for CpuBackend {
         Ok(x)
     }
 
+    fn argmax(&self, x: &CpuTensor) -> Result<u32> {
+        let last = &x.data[x.data.len() - x.cols..];
+        let mut best = 0usize;
+        for (i, &v) in last.iter().enumerate() {
+            if v > last[best] {
+                best = i;
+            }
+        }
+        Ok(best as u32)
+    }
+
     fn softcap(&self, x: &mut CpuTensor, cap: f32) -> Result<()> {
         x.data.iter_mut().for_each(|v| *v = (*v / cap).tanh() * cap);
         Ok(())

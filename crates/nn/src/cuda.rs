@@ -317,6 +317,23 @@ impl Backend for CudaBackend {
         })
     }
 
+    fn argmax(&self, x: &CudaTensor) -> Result<u32> {
+        let start = x.buf.len() - x.cols;
+        let last = if start == 0 {
+            None
+        } else {
+            Some(
+                self.device
+                    .stream()
+                    .clone_dtod(&x.buf.slice(start..))
+                    .map_err(synaptix_kernels_cuda::CudaError::from)?,
+            )
+        };
+        let mut out = self.device.upload(&[0i32])?;
+        ops::argmax(&self.device, last.as_ref().unwrap_or(&x.buf), &mut out)?;
+        Ok(self.device.download(&out)?[0] as u32)
+    }
+
     fn softcap(&self, x: &mut CudaTensor, cap: f32) -> Result<()> {
         Ok(ops::softcap(&self.device, &mut x.buf, cap)?)
     }

@@ -80,6 +80,14 @@ impl SamplerConfig {
     pub fn is_greedy(&self) -> bool {
         self.temperature <= 0.0
     }
+
+    /// True when a repetition, presence or frequency penalty changes the logits.
+    pub fn has_penalties(&self) -> bool {
+        self.penalty_last_n > 0
+            && (self.repeat_penalty != 1.0
+                || self.presence_penalty != 0.0
+                || self.frequency_penalty != 0.0)
+    }
 }
 
 /// A stateful sampler: remembers recent tokens for penalties and owns its random stream.
