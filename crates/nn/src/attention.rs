@@ -103,60 +103,85 @@ impl LayerKv {
 /// `scale`; softmax with f32 `exp` and an f64 normaliser; probabilities rounded to f16 and
 /// each output an f64 sum of exact f16×f16 products.
 pub fn attend(spec: &AttentionSpec, q: &[f32], kv: &LayerKv, positions: &[usize]) -> Vec<f32> {
+    /// Query rows sharing one f32 copy of their keys and values (prefill converts each cached
+    /// f16 value once per chunk instead of once per row).
+    const ROWS_PER_TASK: usize = 32;
     let hd = spec.head_dim;
     let width = spec.n_heads * hd;
     let group = spec.n_heads / spec.n_kv_heads;
-    let mut out = vec![0f32; positions.len() * width];
-    out.par_chunks_mut(hd)
-        .enumerate()
-        .for_each(|(task, out_head)| {
-            let (row, h) = (task / spec.n_heads, task % spec.n_heads);
-            let pos = positions[row];
-            let first = match spec.window {
-                Some(w) => (pos + 1).saturating_sub(w),
-                None => 0,
-            };
+    let first_of = |pos: usize| spec.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+    let chunks = positions.len().div_ceil(ROWS_PER_TASK);
+    // Task (head, chunk of rows) -> [rows in chunk, hd] outputs.
+    let results: Vec<Vec<f32>> = (0..spec.n_heads * chunks)
+        .into_par_iter()
+        .map(|task| {
+            let (h, chunk) = (task / chunks, task % chunks);
+            let rows = chunk * ROWS_PER_TASK..((chunk + 1) * ROWS_PER_TASK).min(positions.len());
             let kvh = h / group;
-            let values = kv.head_values(kvh);
-            let qh: Vec<f32> = q[row * width + h * hd..row * width + (h + 1) * hd]
-                .iter()
-                .map(|&v| f16::from_f32(v).to_f32())
-                .collect();
-            // Scores for positions first..=pos side by side, each an f64 sum over dimensions in
-            // order (the order of ggml's f16 dot product), so the loop vectorises across positions.
-            let n = pos + 1 - first;
-            let mut dots = vec![0f64; n];
-            let mut kbuf = vec![0f32; n];
-            for (d, &qd) in qh.iter().enumerate() {
-                kv.key_dim(kvh, d)[first..=pos].convert_to_f32_slice(&mut kbuf);
-                for (acc, &k) in dots.iter_mut().zip(&kbuf) {
-                    *acc += (k * qd) as f64;
+            let lo = rows
+                .clone()
+                .map(|r| first_of(positions[r]))
+                .min()
+                .unwrap_or(0);
+            let hi = rows.clone().map(|r| positions[r]).max().unwrap_or(0);
+            let span = hi + 1 - lo;
+            // Keys dimension-major and values position-major, as exact f32 copies of the f16s.
+            let mut keys = vec![0f32; hd * span];
+            for (d, dst) in keys.chunks_exact_mut(span).enumerate() {
+                kv.key_dim(kvh, d)[lo..=hi].convert_to_f32_slice(dst);
+            }
+            let mut values = vec![0f32; span * hd];
+            kv.head_values(kvh)[lo * hd..(hi + 1) * hd].convert_to_f32_slice(&mut values);
+            let mut out = Vec::with_capacity(rows.len() * hd);
+            for row in rows {
+                let pos = positions[row];
+                let first = first_of(pos);
+                let qh: Vec<f32> = q[row * width + h * hd..row * width + (h + 1) * hd]
+                    .iter()
+                    .map(|&v| f16::from_f32(v).to_f32())
+                    .collect();
+                // Scores for positions first..=pos side by side, each an f64 sum over dimensions
+                // in order (the order of ggml's f16 dot product): vectorises across positions.
+                let n = pos + 1 - first;
+                let mut dots = vec![0f64; n];
+                for (d, &qd) in qh.iter().enumerate() {
+                    let kd = &keys[d * span + (first - lo)..][..n];
+                    for (acc, &k) in dots.iter_mut().zip(kd) {
+                        *acc += (k * qd) as f64;
+                    }
                 }
-            }
-            // At their absolute positions, padded to whole groups of four with masked entries,
-            // as ggml lays out its (256-padded) KV rows: the softmax groups by index.
-            let mut probs = vec![f32::NEG_INFINITY; (pos + 1).next_multiple_of(4)];
-            for (score, dot) in probs[first..=pos].iter_mut().zip(&dots) {
-                *score = *dot as f32 * spec.scale;
-            }
-            ggml_math::softmax_inplace(&mut probs);
-            let mut acc = vec![0f64; hd];
-            let mut vbuf = vec![0f32; hd];
-            for p in first..=pos {
-                let w = f16::from_f32(probs[p]).to_f32();
-                if w == 0.0 {
-                    // Adds exactly nothing in the reference either.
-                    continue;
+                // At their absolute positions, padded to whole groups of four with masked
+                // entries, as ggml lays out its (256-padded) KV rows: the softmax groups by index.
+                let mut probs = vec![f32::NEG_INFINITY; (pos + 1).next_multiple_of(4)];
+                for (score, dot) in probs[first..=pos].iter_mut().zip(&dots) {
+                    *score = *dot as f32 * spec.scale;
                 }
-                values[p * hd..(p + 1) * hd].convert_to_f32_slice(&mut vbuf);
-                for (a, &v) in acc.iter_mut().zip(&vbuf) {
-                    *a += (v * w) as f64;
+                ggml_math::softmax_inplace(&mut probs);
+                let mut acc = vec![0f64; hd];
+                for p in first..=pos {
+                    let w = f16::from_f32(probs[p]).to_f32();
+                    if w == 0.0 {
+                        // Adds exactly nothing in the reference either.
+                        continue;
+                    }
+                    let v = &values[(p - lo) * hd..][..hd];
+                    for (a, &vv) in acc.iter_mut().zip(v) {
+                        *a += (vv * w) as f64;
+                    }
                 }
+                out.extend(acc.iter().map(|&a| a as f32));
             }
-            for (o, a) in out_head.iter_mut().zip(&acc) {
-                *o = *a as f32;
-            }
-        });
+            out
+        })
+        .collect();
+    let mut out = vec![0f32; positions.len() * width];
+    for (task, block) in results.iter().enumerate() {
+        let (h, chunk) = (task / chunks, task % chunks);
+        for (i, row_out) in block.chunks_exact(hd).enumerate() {
+            let row = chunk * ROWS_PER_TASK + i;
+            out[row * width + h * hd..][..hd].copy_from_slice(row_out);
+        }
+    }
     out
 }
 
