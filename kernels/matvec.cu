@@ -51,13 +51,15 @@ FOR_EACH_FORMAT(MATVEC)
 // The terms are computed in parallel; only their sums are sequential. A thread block holds
 // MV_WARPS / wpr weight rows and wpr warps per row (wpr > 1 when there are too few rows to fill
 // the GPU), and walks the rows in block steps: in step s, warp `part` of a row takes chunk
-// s · wpr + part (STEP elements) of it. A step (1) copies the chunk's prefetched weight bytes to
-// the warp's shared staging buffer (coalesced 16-byte loads of whatever alignment, as before),
-// (2) issues the next chunk's loads, (3) computes every block's (or super-block lane's) f32 term
-// for the up to MV_COLS activation rows of the pass into `terms`, and (4) after a barrier, runs
-// the sequential chains: one thread per (row, activation row[, lane]) adds that step's terms in
-// element order to its accumulator, which lives in a register for the whole row. The chains cost
-// one f32 add per block (32 or 256 elements); two barriers per step keep `terms` consistent.
+// s · wpr + part (STEP elements) of it. The chunk's weight bytes arrive in the warp's shared
+// staging buffer by asynchronous 16-byte copies (coalesced, whatever the block size and
+// alignment), issued NBUF - 1 steps ahead into a ring of NBUF buffers so that they fly while
+// earlier chunks compute. A step (1) waits for its chunk, (2) computes every block's (or
+// super-block lane's) f32 term for the up to MV_COLS activation rows of the pass into `terms`,
+// and (3) after a barrier, runs the sequential chains: one thread per (row, activation row
+// [, lane]) adds the step's terms in element order to its accumulator, a register for the
+// whole row. The chains cost one f32 add per block (32 or 256 elements) and its shared-memory
+// read; a second barrier per step keeps `terms` consistent.
 //
 // Lane sums (Q3_K .. Q6_K) come from "lane-major" words: the 8 threads of a super-block take
 // one lane each, and thread t's word i holds the quants of elements 32i + t, + 8, + 16, + 24
@@ -94,28 +96,18 @@ __device__ __forceinline__ uint4 mv_ld_nc16(const void* p) {
     return v;
 }
 
-// 16 bytes of weights, read once: not kept in L1.
-__device__ __forceinline__ uint4 mv_ld_stream16(const void* p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
+// Asynchronous copy of 16 bytes of weights (read once: L2 only) to shared memory (sm_80+);
+// bytes from `n` on are zero-filled.
+__device__ __forceinline__ void mv_cp_async16(void* dst, const void* src, int n) {
+    const u32 d = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(n)
+                 : "memory");
 }
-
-// The last 16-byte word of a weight buffer whose size is not a multiple of 16, bytes past the
-// end read as zero (out of line: rare, and it would cost registers in every kernel).
-__device__ __noinline__ uint4 mv_weight_tail(const u8* w, i64 at, i64 total) {
-    u32 t[4] = {0, 0, 0, 0};
-#pragma unroll
-    for (int i = 0; i < 16; ++i)
-        if (at + i < total) t[i / 4] |= (u32)w[at + i] << (8 * (i % 4));
-    return make_uint4(t[0], t[1], t[2], t[3]);
-}
-
-// The 16-byte word at byte `at` (a multiple of 16) of a weight buffer of `total` bytes.
-__device__ __forceinline__ uint4 mv_weight_word(const u8* w, i64 at, i64 total) {
-    return at + 16 <= total ? mv_ld_stream16(w + at) : mv_weight_tail(w, at, total);
+__device__ __forceinline__ void mv_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's latest copy groups are in flight.
+template <int N>
+__device__ __forceinline__ void mv_cp_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
 // N consecutive little-endian words of shared memory starting at any 2-byte-aligned `p`
@@ -520,7 +512,9 @@ struct mv_shape {
     static constexpr int CHUNK_BYTES = UNITS * F::BYTES;
     // 16-byte words a chunk can touch (its start is not aligned).
     static constexpr int WORDS = (CHUNK_BYTES + 30) / 16;
-    static constexpr int LOADS = (WORDS + WARP - 1) / WARP;
+    // Staging buffers per warp: chunks up to NBUF - 1 steps ahead are in flight (two for the
+    // lane-major k-quants, whose chunks are small).
+    static constexpr int NBUF = LANES ? 3 : 2;
     // Chains per (row, activation row): 8 lanes (+ Q4_K / Q5_K's min sum), else 1.
     static constexpr int L = LANES ? 8 + F::MIN : 1;
     // Chains per thread, at most.
@@ -544,55 +538,99 @@ __device__ __forceinline__ u32 mv_pair_sum(u32 v) {
     return (u32)((int)(short)(v & 0xffffu) + (int)(short)(v >> 16)) & 0xffffu;
 }
 
-// The `span` activation super-blocks from `sb0` of columns m0 .. m0 + nc, lane-major, into
-// `acts_t` (super-block sbx of column j at (j * span + sbx) * MV_ACT_T): thread t's word i holds
-// the quants of elements 32i + t, + 8, + 16, + 24; then the i16 pairs of Σ bsums over 32
-// elements (Q4_K / Q5_K), and the f32 scale.
-template <typename F>
-__device__ void mv_stage_acts(uint4* acts_t, const u8* acts, long long meta_off,
-                              long long bsums_off, int k, int m0, int nc, int sb0, int span,
-                              int n_units) {
-    const i8* qs = (const i8*)acts;
-    const int tasks = nc * span * 9;  // 8 groups of 32 quants and the scales, per super-block
-    for (int task = threadIdx.x; task < tasks; task += MV_WARPS * WARP) {
-        const int j = task / (span * 9), rem = task - j * span * 9;
-        const int sbx = rem / 9, g = rem - sbx * 9;
-        if (sb0 + sbx >= n_units) continue;
-        u8* dst = (u8*)acts_t + (j * span + sbx) * MV_ACT_T;
-        const i64 ae = (i64)(m0 + j) * k + (i64)(sb0 + sbx) * QK_K;  // first element
-        if (g < 8) {
-            const uint4 x = mv_ld_nc16(qs + ae + 32 * g), z = mv_ld_nc16(qs + ae + 32 * g + 16);
+// The activations of a block step for the lane-major k-quants: the `span` super-blocks from
+// `sb0` of activation rows m0 .. m0 + nc, in tasks of 32 quants (g < 8) or the scales (g = 8)
+// of super-block sbx of row j, written lane-major to `acts_t` (super-block sbx of row j at
+// (j * span + sbx) * MV_ACT_T): thread t's word i holds the quants of elements 32i + t, + 8,
+// + 16, + 24; then the i16 pairs of Σ bsums over 32 elements (Q4_K / Q5_K), and the f32
+// scale. `load` reads the thread's first task into registers (issued before the previous
+// step's chains, so that its latency hides behind them); `store` writes it, and reads and
+// writes any further tasks (only when nc * wpr = MV_COLS).
+struct mv_acts_step {
+    uint4 x, z;  // quants, or bsums
+    float d;
+
+    struct task {
+        int j, sbx, g;
+        i64 ae;  // first element
+        __device__ task(int id, int span) {
+            j = id / (span * 9);
+            const int rem = id - j * span * 9;
+            sbx = rem / 9, g = rem - sbx * 9;
+        }
+    };
+
+    template <typename F>
+    __device__ bool read(int id, const u8* acts, long long meta_off, long long bsums_off, int k,
+                         int m0, int nc, int sb0, int span, int n_units) {
+        const task t(id, span);
+        if (t.j >= nc || sb0 + t.sbx >= n_units) return false;
+        const i64 ae = (i64)(m0 + t.j) * k + (i64)(sb0 + t.sbx) * QK_K;
+        if (t.g < 8) {
+            x = mv_ld_nc16(acts + ae + 32 * t.g), z = mv_ld_nc16(acts + ae + 32 * t.g + 16);
+        } else {
+            if (F::MIN) {
+                const u8* bs = acts + bsums_off + (ae / 16) * 2;
+                x = mv_ld_nc16(bs), z = mv_ld_nc16(bs + 16);
+            }
+            d = *(const float*)(acts + meta_off + (ae / QK_K) * 4);
+        }
+        return true;
+    }
+
+    template <typename F>
+    __device__ void write(int id, uint4* acts_t, int span) const {
+        const task t(id, span);
+        u8* dst = (u8*)acts_t + (t.j * span + t.sbx) * MV_ACT_T;
+        if (t.g < 8) {
             u32 o[8];  // even words hold lanes 0..3, odd words lanes 4..7
             mv_transpose4(x.x, x.z, z.x, z.z, o[0], o[1], o[2], o[3]);
             mv_transpose4(x.y, x.w, z.y, z.w, o[4], o[5], o[6], o[7]);
 #pragma unroll
-            for (int t = 0; t < 8; ++t) *(u32*)(dst + 32 * t + 4 * g) = o[t];
+            for (int l = 0; l < 8; ++l) *(u32*)(dst + 32 * l + 4 * t.g) = o[l];
         } else {
-            if (F::MIN) {
-                const u8* bs = acts + bsums_off + (ae / 16) * 2;
-                const uint4 b0 = mv_ld_nc16(bs), b1 = mv_ld_nc16(bs + 16);
+            if (F::MIN)
                 *(uint4*)(dst + 256) =
-                    make_uint4(mv_pair_sum(b0.x) | mv_pair_sum(b0.y) << 16,
-                               mv_pair_sum(b0.z) | mv_pair_sum(b0.w) << 16,
-                               mv_pair_sum(b1.x) | mv_pair_sum(b1.y) << 16,
-                               mv_pair_sum(b1.z) | mv_pair_sum(b1.w) << 16);
-            }
-            *(float*)(dst + 272) = *(const float*)(acts + meta_off + (ae / QK_K) * 4);
+                    make_uint4(mv_pair_sum(x.x) | mv_pair_sum(x.y) << 16,
+                               mv_pair_sum(x.z) | mv_pair_sum(x.w) << 16,
+                               mv_pair_sum(z.x) | mv_pair_sum(z.y) << 16,
+                               mv_pair_sum(z.z) | mv_pair_sum(z.w) << 16);
+            *(float*)(dst + 272) = d;
         }
     }
-}
 
-// Loads the 16-byte words of weight bytes [s, e) (from the word holding s) into `buf`: word
-// `lane + 32 i` in buf[i].
-template <int LOADS>
-__device__ __forceinline__ void mv_fetch(uint4 (&buf)[LOADS], const u8* w, i64 s, i64 e, i64 total,
+    bool have = false;
+
+    template <typename F>
+    __device__ void load(const u8* acts, long long meta_off, long long bsums_off, int k, int m0,
+                         int nc, int sb0, int span, int n_units) {
+        have = read<F>(threadIdx.x, acts, meta_off, bsums_off, k, m0, nc, sb0, span, n_units);
+    }
+
+    template <typename F>
+    __device__ void store(uint4* acts_t, const u8* acts, long long meta_off, long long bsums_off,
+                          int k, int m0, int nc, int sb0, int span, int n_units) {
+        if (have) write<F>(threadIdx.x, acts_t, span);
+        for (int id = threadIdx.x + MV_WARPS * WARP; id < nc * span * 9; id += MV_WARPS * WARP)
+            if (read<F>(id, acts, meta_off, bsums_off, k, m0, nc, sb0, span, n_units))
+                write<F>(id, acts_t, span);
+    }
+};
+
+// Starts copying the 16-byte words of weight bytes [s, e) (from the word holding s) to `dst`
+// (bytes past the end of the `total`-byte weights read as zero).
+template <int WORDS>
+__device__ __forceinline__ void mv_fetch(uint4* dst, const u8* w, i64 s, i64 e, i64 total,
                                          int lane) {
     const i64 first = s >> 4;
     const int n_words = (int)(((e + 15) >> 4) - first);
 #pragma unroll
-    for (int i = 0; i < LOADS; ++i) {
+    for (int i = 0; i < (WORDS + WARP - 1) / WARP; ++i) {
         const int wi = lane + WARP * i;
-        if (wi < n_words) buf[i] = mv_weight_word(w, (first + wi) * 16, total);
+        if (wi < n_words) {
+            const i64 at = (first + wi) * 16;
+            mv_cp_async16(dst + wi, w + at, (int)min((i64)16, total - at));
+        }
     }
 }
 
@@ -602,7 +640,8 @@ __device__ void matvec_q8(float* __restrict__ y, const u8* __restrict__ w,
                           const u8* __restrict__ acts, long long meta_off, long long bsums_off,
                           int n_out, int k, int m, int wpr) {
     using S = mv_shape<F>;
-    __shared__ uint4 stage[MV_WARPS][S::WORDS + 1];  // + 1: mv_lds_words may read one word past
+    // A warp's chunks, in turn; + 1: mv_lds_words may read one word past.
+    __shared__ uint4 stage[S::NBUF][MV_WARPS][S::WORDS + 1];
     // f32 terms of a block step: chain c (row c / (nc L), activation row (c / L) % nc, lane
     // c % L) at c * rowlen, in element order; at the end, the lane chains' sums.
     __shared__ float4 terms_v[(S::T_FLOATS + 3) / 4];
@@ -632,33 +671,35 @@ __device__ void matvec_q8(float* __restrict__ y, const u8* __restrict__ w,
 #pragma unroll
     for (int i = 0; i < S::MAXC; ++i) acc[i] = 0.0f;
 
-    uint4 buf[S::LOADS];
-    if (active && part < n_chunks) {
-        const i64 s0 = row0 + (i64)part * S::CHUNK_BYTES;
-        mv_fetch<S::LOADS>(buf, w, s0, min(s0 + S::CHUNK_BYTES, row_end), total, lane);
+    // Starts copying the warp's chunk of block step s into its staging buffer; one copy group
+    // per step and thread, empty or not.
+    auto fetch = [&](int s) {
+        const int c = s * wpr + part;
+        if (active && c < n_chunks) {
+            const i64 cs = row0 + (i64)c * S::CHUNK_BYTES;
+            mv_fetch<S::WORDS>(stage[s % S::NBUF][warp], w, cs, min(cs + S::CHUNK_BYTES, row_end),
+                               total, lane);
+        }
+        mv_cp_commit();
+    };
+#pragma unroll
+    for (int s = 0; s < S::NBUF - 1; ++s) fetch(s);
+    mv_acts_step next_acts;
+    if constexpr (S::LANES) {
+        next_acts.load<F>(acts, meta_off, bsums_off, k, m0, nc, 0, span, n_units);
+        next_acts.store<F>(acts_t, acts, meta_off, bsums_off, k, m0, nc, 0, span, n_units);
     }
     for (int s = 0; s < n_steps; ++s) {
         const int c = s * wpr + part;  // this warp's chunk of its row
         const bool have = active && c < n_chunks;
         const i64 cs = row0 + (i64)c * S::CHUNK_BYTES;
-        if (have) {
-            const i64 ce = min(cs + S::CHUNK_BYTES, row_end);
-            const int n_words = (int)(((ce + 15) >> 4) - (cs >> 4));
-#pragma unroll
-            for (int i = 0; i < S::LOADS; ++i) {
-                const int wi = lane + WARP * i;
-                if (wi < n_words) stage[warp][wi] = buf[i];
-            }
-        }
-        if constexpr (S::LANES)
-            mv_stage_acts<F>(acts_t, acts, meta_off, bsums_off, k, m0, nc, s * span, span, n_units);
+        mv_cp_wait<S::NBUF - 2>();  // this step's chunk has landed (the barrier shows it to all)
         __syncthreads();
-        if (active && c + wpr < n_chunks) {  // the next chunk's loads fly while this one computes
-            const i64 s2 = row0 + (i64)(c + wpr) * S::CHUNK_BYTES;
-            mv_fetch<S::LOADS>(buf, w, s2, min(s2 + S::CHUNK_BYTES, row_end), total, lane);
-        }
+        // Chunks NBUF - 1 steps ahead fly while this one computes (into the buffer of step s - 1,
+        // which every lane of this warp has finished reading).
+        fetch(s + S::NBUF - 1);
         if (have) {
-            const u8* base = (const u8*)stage[warp] + (cs & 15);
+            const u8* base = (const u8*)stage[s % S::NBUF][warp] + (cs & 15);
             // Chain rows of (r, activation row 0), and this chunk's first position in them.
             float* tr = terms + r * nc * S::L * rowlen + part * S::UNITS;
 #pragma unroll
@@ -731,6 +772,12 @@ __device__ void matvec_q8(float* __restrict__ y, const u8* __restrict__ w,
                 }
             }
         }
+        // The next step's activations (lane-major formats) are read during the barrier and the
+        // chains, and written to acts_t (free once every warp has computed) after them.
+        if constexpr (S::LANES)
+            if (s + 1 < n_steps)
+                next_acts.load<F>(acts, meta_off, bsums_off, k, m0, nc, (s + 1) * span, span,
+                                  n_units);
         __syncthreads();
         // The chains: this step's terms, in element order.
         const int n_terms = min(span, n_units - s * span);
@@ -747,6 +794,10 @@ __device__ void matvec_q8(float* __restrict__ y, const u8* __restrict__ w,
             }
             acc[i] = v;
         }
+        if constexpr (S::LANES)
+            if (s + 1 < n_steps)
+                next_acts.store<F>(acts_t, acts, meta_off, bsums_off, k, m0, nc, (s + 1) * span,
+                                   span, n_units);
     }
 
     if constexpr (!S::LANES) {

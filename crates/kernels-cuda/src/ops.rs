@@ -520,16 +520,22 @@ pub fn quantize_acts(dev: &CudaDevice, acts: &mut DeviceActs, x: &DeviceBuffer<f
 /// Warps per thread block of the matvec kernels, and activation rows per pass (kernels/matvec.cu).
 const MV_WARPS: usize = 8;
 const MV_COLS: usize = 8;
-/// Elements of a weight row per warp step of `matvec_q8_*` (`SUBS × 1024` in kernels/matvec.cu;
+/// Elements of a weight row per warp chunk of `matvec_q8_*` (`SUBS × 1024` in kernels/matvec.cu;
 /// only the choice of warps per row depends on it).
 fn mv_step(dtype: DType) -> usize {
     use DType::*;
     1024 * match dtype {
-        Q8_0 => 1,
-        Q3K => 3,
+        Q8_0 | Q3K | Q4K | Q5K | Q6K => 1,
         Q2K => 4,
         _ => 2,
     }
+}
+
+/// Whether `matvec_q8_*` transposes a block step's activations into shared memory for `dtype`
+/// (the lane-major k-quants), which bounds warps per row × activation rows per pass by MV_COLS.
+fn mv_lane_major(dtype: DType) -> bool {
+    use DType::*;
+    matches!(dtype, Q3K | Q4K | Q5K | Q6K)
 }
 
 /// Streaming multiprocessors of `dev` (cached per ordinal).
@@ -553,13 +559,21 @@ fn sm_count(dev: &CudaDevice) -> usize {
 }
 
 /// How many warps share one weight row: more when there are too few rows (× passes over the
-/// activation rows) to give every SM 32 warps, at most one per warp step of the row, and 1, 2,
-/// 4 or 8.
-fn warps_per_row(dev: &CudaDevice, w: &DeviceMatrix, passes: usize) -> usize {
+/// activation rows) to give every SM 32 warps, at most one per warp chunk of the row, and 1, 2,
+/// 4 or 8 (for the lane-major k-quants, at most MV_COLS / activation rows per pass). The warps of
+/// a row compute their chunks' terms in parallel; the block adds them in order, so the result
+/// does not depend on this choice.
+fn warps_per_row(dev: &CudaDevice, w: &DeviceMatrix, m: usize) -> usize {
     let target = sm_count(dev) * 32;
+    let passes = m.div_ceil(MV_COLS);
     let steps = w.cols.div_ceil(mv_step(w.dtype));
+    let cap = if mv_lane_major(w.dtype) {
+        MV_COLS / m.min(MV_COLS)
+    } else {
+        MV_WARPS
+    };
     let mut wpr = 1;
-    while wpr < MV_WARPS && w.rows * passes * wpr < target && wpr * 2 <= steps {
+    while wpr * 2 <= cap && w.rows * passes * wpr < target && wpr * 2 <= steps {
         wpr *= 2;
     }
     wpr
@@ -575,8 +589,8 @@ fn check_matvec(w: &DeviceMatrix, y_len: usize, m: usize) -> Result<()> {
 }
 
 /// `y: [m, rows] = acts · Wᵀ` with activations already quantized for W's format: exact
-/// integer block sums and ggml's per-block float formulas, so each output differs from the CPU's
-/// only by the order in which block terms are added.
+/// integer block sums, ggml's per-block float formulas and its order of f32 additions, so every
+/// output is bit for bit the CPU's (`synaptix_kernels_cpu::matmul`).
 pub fn matvec_quantized(
     dev: &CudaDevice,
     y: &mut DeviceBuffer<f32>,
@@ -611,7 +625,7 @@ pub fn matvec_quantized(
     check("matvec", passes <= 65535, || {
         format!("{m} activation rows exceed the grid")
     })?;
-    let wpr = warps_per_row(dev, w, passes);
+    let wpr = warps_per_row(dev, w, m);
     let wpr32 = wpr as i32;
     let (meta, bsums) = (acts.meta_offset as i64, acts.bsums_offset as i64);
     let mut l = dev.stream().launch_builder(&f);
@@ -624,9 +638,10 @@ pub fn matvec_quantized(
         .arg(&c32)
         .arg(&m32)
         .arg(&wpr32);
-    // SAFETY: the shapes were checked: `wpr` warps per weight row (8 / wpr rows per block), up
-    // to MV_COLS activation rows per block row, reads inside the weight and activation buffers,
-    // writes of y[i][row] for i < m and row < rows only.
+    // SAFETY: the shapes were checked: `wpr` warps per weight row (8 / wpr rows per block; for
+    // the lane-major k-quants wpr × min(m, MV_COLS) <= MV_COLS, the size of their shared
+    // activation buffer), up to MV_COLS activation rows per block row, reads inside the weight
+    // and activation buffers, writes of y[i][row] for i < m and row < rows only.
     unsafe {
         l.launch(LaunchConfig {
             grid_dim: (w.rows.div_ceil(MV_WARPS / wpr) as u32, passes as u32, 1),
@@ -637,10 +652,11 @@ pub fn matvec_quantized(
     Ok(())
 }
 
-/// `y: [m, rows] = x: [m, cols] · Wᵀ` with ggml's CPU arithmetic: for quantized W, the rows of
-/// x are quantized once to W's [`activation_format`] (bit for bit as the CPU does) into a
-/// scratch buffer and multiplied with exact integer block sums ([`matvec_quantized`]); F16 and
-/// BF16 weights see x rounded to their type, and every product is summed in f64.
+/// `y: [m, rows] = x: [m, cols] · Wᵀ` with ggml's CPU arithmetic, bit for bit the CPU's
+/// `matmul`: for quantized W, the rows of x are quantized once to W's [`activation_format`] (as
+/// the CPU does) into a scratch buffer and multiplied with exact integer block sums
+/// ([`matvec_quantized`]); F16 and BF16 weights see x rounded to their type, and the products
+/// are summed in f64 in element order.
 pub fn matvec(
     dev: &CudaDevice,
     y: &mut DeviceBuffer<f32>,
@@ -665,7 +681,8 @@ pub fn matvec(
     matvec_quantized(dev, y, w, &acts)
 }
 
-/// Float weights (F32, F16, BF16): x rounded to the weight type, f32 products, f64 sums.
+/// Float weights (F32, F16, BF16): x rounded to the weight type, f32 products, one f64 sum per
+/// output in element order (evaluated speculatively by a warp, see kernels/matvec.cu).
 fn matvec_float(
     dev: &CudaDevice,
     y: &mut DeviceBuffer<f32>,
@@ -686,18 +703,28 @@ fn matvec_float(
         i32_arg("matvec", "cols", w.cols)?,
         i32_arg("matvec", "m", m)?,
     );
-    check("matvec", m.div_ceil(MV_COLS) <= 65535, || {
+    // One warp per output: `cc` activation rows (a power of two <= MV_COLS) of MV_WARPS / cc
+    // weight rows per block.
+    let cc = m.min(MV_COLS).next_power_of_two();
+    check("matvec", m.div_ceil(cc) <= 65535, || {
         format!("{m} activation rows exceed the grid")
     })?;
+    let cc32 = cc as i32;
     let mut l = dev.stream().launch_builder(&f);
-    l.arg(y).arg(&w.data).arg(x).arg(&r32).arg(&c32).arg(&m32);
-    // SAFETY: one warp per weight row, up to MV_COLS activation rows per block row; reads and
-    // writes stay inside the checked shapes.
+    l.arg(y)
+        .arg(&w.data)
+        .arg(x)
+        .arg(&r32)
+        .arg(&c32)
+        .arg(&m32)
+        .arg(&cc32);
+    // SAFETY: one warp per (weight row, activation row) pair, warps past `rows` or `m` return at
+    // once; reads and writes stay inside the checked shapes.
     unsafe {
         l.launch(LaunchConfig {
             grid_dim: (
-                w.rows.div_ceil(MV_WARPS) as u32,
-                m.div_ceil(MV_COLS) as u32,
+                w.rows.div_ceil(MV_WARPS / cc) as u32,
+                m.div_ceil(cc) as u32,
                 1,
             ),
             block_dim: ((MV_WARPS * 32) as u32, 1, 1),

@@ -446,46 +446,99 @@ fn cpu_matmul(dtype: DType, w: &[u8], rows: usize, cols: usize, x: &[f32], m: us
     y
 }
 
+/// Outputs `got[i][r]` (row-major `[m, rows]`) whose bits differ from the CPU's: their count
+/// and the first few, spelled out.
+fn bit_mismatches(got: &[f32], want: &[f32], rows: usize) -> (usize, String) {
+    assert_eq!(got.len(), want.len());
+    let bad: Vec<usize> = (0..want.len())
+        .filter(|&i| got[i].to_bits() != want[i].to_bits())
+        .collect();
+    let first: Vec<String> = bad
+        .iter()
+        .take(8)
+        .map(|&i| {
+            format!(
+                "y[{}][{}]: gpu {:e} ({:#010x}), cpu {:e} ({:#010x})",
+                i / rows,
+                i % rows,
+                got[i],
+                got[i].to_bits(),
+                want[i],
+                want[i].to_bits()
+            )
+        })
+        .collect();
+    (bad.len(), first.join("\n  "))
+}
+
+/// `ops::matvec` on `rows × cols` random weights of `dtype` and `m` activation rows, against the
+/// CPU matmul: panics unless every output is bit for bit the CPU's.
+fn assert_matvec_bit_exact(
+    dev: &CudaDevice,
+    rng: &mut Rng,
+    dtype: DType,
+    (rows, cols): (usize, usize),
+    ms: &[usize],
+) {
+    let bytes = random_weights(rng, dtype, rows, cols);
+    let dm = DeviceMatrix::upload(dev, dtype, rows, cols, &bytes).unwrap();
+    for &m in ms {
+        let x = activations(rng, m, cols);
+        let want = cpu_matmul(dtype, &bytes, rows, cols, &x, m);
+        let mut y = poisoned(dev, m * rows);
+        ops::matvec(dev, &mut y, &dm, &dev.upload(&x).unwrap()).unwrap();
+        let got = dev.download(&y).unwrap();
+        let (n, first) = bit_mismatches(&got, &want, rows);
+        assert!(
+            n == 0,
+            "matvec {dtype} [{rows} x {cols}] m={m}: {n} of {} outputs differ from the CPU:\n  {first}",
+            got.len()
+        );
+    }
+    eprintln!("matvec {dtype:5} [{rows:6} x {cols:5}] m={ms:?}: every output bit-equal to the CPU");
+}
+
 /// `ops::matvec` (quantize + `matvec_q8_*`, or the float kernels) against the CPU matmul on the
-/// same weights. Both quantize activations identically, so outputs differ only by the order in
-/// which f32 block terms are summed (float weights: by the association of an f64 sum): relative
-/// NMSE < 1e-10, typically ~1e-14. The shapes cover partial and multiple warp steps per row,
-/// 1 to 8 warps per row, one and two passes over activation rows (m = 9 > 8).
+/// same weights: every output bit for bit the CPU's (same quantized activations, same integer
+/// sums, same f32 / f64 operations in the same order). The shapes cover partial and multiple
+/// warp chunks per row, 1 to 8 warps per row, one and two passes over activation rows (m = 9 >
+/// 8), and every m from 1 to 9.
 #[test]
 fn matvec_matches_cpu_every_format() {
     let Some((dev, mut rng)) = device() else {
         return;
     };
     let shapes: [(usize, usize); 5] = [(300, 512), (40, 896), (37, 4864), (9, 14336), (1000, 4096)];
+    let ms: Vec<usize> = (1..=9).collect();
     for dtype in FORMATS {
         for (rows, cols) in shapes {
-            if !cols.is_multiple_of(dtype.block_len()) {
-                continue;
-            }
-            let bytes = random_weights(&mut rng, dtype, rows, cols);
-            let dm = DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap();
-            for m in [1, 5, 9] {
-                let x = activations(&mut rng, m, cols);
-                let want = cpu_matmul(dtype, &bytes, rows, cols, &x, m);
-                let mut y = poisoned(&dev, m * rows);
-                ops::matvec(&dev, &mut y, &dm, &dev.upload(&x).unwrap()).unwrap();
-                let got = dev.download(&y).unwrap();
-                let e = nmse(&got, &want);
-                let same = got.iter().zip(&want).filter(|(a, b)| a == b).count();
-                eprintln!(
-                    "matvec {dtype:5} [{rows:4} x {cols:5}] m={m}: nmse {e:.1e}, {same}/{} outputs bit-equal to the CPU",
-                    got.len()
-                );
-                assert!(
-                    e < 1e-10,
-                    "matvec {dtype} [{rows}, {cols}] m={m}: nmse {e:e}"
-                );
+            if cols.is_multiple_of(dtype.block_len()) {
+                assert_matvec_bit_exact(&dev, &mut rng, dtype, (rows, cols), &ms);
             }
         }
     }
 }
 
-/// One quantization serves several weight matrices of formats with the same activation format.
+/// Vocabulary-sized outputs (Qwen2.5's 151936 rows): the grid's largest row index and byte
+/// offsets, bit-exact like every other shape.
+#[test]
+fn matvec_matches_cpu_vocabulary_rows() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    for (dtype, cols) in [
+        (DType::Q4_0, 896),
+        (DType::Q8_0, 896),
+        (DType::F16, 896),
+        (DType::Q4K, 1024),
+        (DType::Q6K, 1024),
+    ] {
+        assert_matvec_bit_exact(&dev, &mut rng, dtype, (151_936, cols), &[1, 2]);
+    }
+}
+
+/// One quantization serves several weight matrices of formats with the same activation format,
+/// bit for bit like the CPU.
 #[test]
 fn matvec_quantized_shares_one_quantization() {
     let Some((dev, mut rng)) = device() else {
@@ -507,11 +560,14 @@ fn matvec_quantized_shares_one_quantization() {
             let dm = DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap();
             let mut y = poisoned(&dev, m * rows);
             ops::matvec_quantized(&dev, &mut y, &dm, &acts).unwrap();
-            let e = nmse(
-                &dev.download(&y).unwrap(),
-                &cpu_matmul(dtype, &bytes, rows, cols, &x, m),
+            let got = dev.download(&y).unwrap();
+            let want = cpu_matmul(dtype, &bytes, rows, cols, &x, m);
+            let (n, first) = bit_mismatches(&got, &want, rows);
+            assert!(
+                n == 0,
+                "matvec_quantized {dtype}: {n} of {} outputs differ from the CPU:\n  {first}",
+                got.len()
             );
-            assert!(e < 1e-10, "matvec_quantized {dtype}: nmse {e:e}");
         }
     }
 }
