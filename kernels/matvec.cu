@@ -634,11 +634,22 @@ __device__ __forceinline__ void mv_fetch(uint4* dst, const u8* w, i64 s, i64 e, 
     }
 }
 
+// The value stored for output `row` of activation row `col` (at y[col * n_out + row]): the
+// matmul's `v`, then `+ bias[row]` and `+ residual[col * n_out + row]` when given (null when
+// not), the CPU's separate bias and residual additions in the same order.
+__device__ __forceinline__ float mv_epilogue(float v, const float* bias, const float* residual,
+                                             i64 at, int row) {
+    if (bias) v = __fadd_rn(v, bias[row]);
+    if (residual) v = __fadd_rn(residual[at], v);
+    return v;
+}
+
 // y[m0 + j][row] for the rows of this block and the activation rows m0 .. m0 + MV_COLS.
 template <typename F>
 __device__ void matvec_q8(float* __restrict__ y, const u8* __restrict__ w,
                           const u8* __restrict__ acts, long long meta_off, long long bsums_off,
-                          int n_out, int k, int m, int wpr) {
+                          int n_out, int k, int m, int wpr, const float* __restrict__ bias,
+                          const float* __restrict__ residual) {
     using S = mv_shape<F>;
     // A warp's chunks, in turn; + 1: mv_lds_words may read one word past.
     __shared__ uint4 stage[S::NBUF][MV_WARPS][S::WORDS + 1];
@@ -805,7 +816,10 @@ __device__ void matvec_q8(float* __restrict__ y, const u8* __restrict__ w,
         for (int i = 0; i < S::MAXC; ++i) {
             const int ch = threadIdx.x + i * MV_WARPS * WARP;
             const int out = blockIdx.x * rows + ch / nc;
-            if (ch < n_chains && out < n_out) y[(i64)(m0 + ch % nc) * n_out + out] = acc[i];
+            if (ch < n_chains && out < n_out) {
+                const i64 at = (i64)(m0 + ch % nc) * n_out + out;
+                y[at] = mv_epilogue(acc[i], bias, residual, at, out);
+            }
         }
     } else {
         __syncthreads();  // every chain has read its last terms
@@ -823,16 +837,75 @@ __device__ void matvec_q8(float* __restrict__ y, const u8* __restrict__ w,
             float v = F::MIN ? f[S::L - 1] : 0.0f;
 #pragma unroll
             for (int l = 0; l < 8; ++l) v = __fadd_rn(v, f[l]);
-            y[(i64)(m0 + o % nc) * n_out + out] = v;
+            const i64 at = (i64)(m0 + o % nc) * n_out + out;
+            y[at] = mv_epilogue(v, bias, residual, at, out);
         }
     }
 }
 
+// Legacy formats with short rows (k <= 1024: at most one block per lane) and few activation
+// rows: one warp per weight row, lane b computes block b's term for each activation row, and
+// lane 0 adds the terms in block order (by shuffles): the CPU's chain, with one memory round
+// trip and no barrier. Weight buffers are padded (ops::WEIGHT_PAD), so `load`'s aligned word
+// reads may pass the last block. Grid: (ceil(n_out / MV_WARPS), ceil(m / MV_COLS)).
+template <typename F>
+__device__ void matvec_q8_short(float* __restrict__ y, const u8* __restrict__ w,
+                                const u8* __restrict__ acts, long long meta_off, int n_out, int k,
+                                int m, const float* __restrict__ bias,
+                                const float* __restrict__ residual) {
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const int row = blockIdx.x * MV_WARPS + warp;
+    const int m0 = blockIdx.y * MV_COLS;
+    if (row >= n_out) return;  // the whole warp
+    const int nc = min(MV_COLS, m - m0);
+    const int nb = k / 32;
+    const i8* qs = (const i8*)acts;
+    const u8* meta = acts + meta_off;
+    float t[MV_COLS];
+#pragma unroll
+    for (int j = 0; j < MV_COLS; ++j) t[j] = 0.0f;
+    if (lane < nb) {
+        F f;
+        f.load(w + ((i64)row * nb + lane) * F::BYTES, 0);
+#pragma unroll
+        for (int j = 0; j < MV_COLS; ++j) {
+            if (j >= nc) break;
+            const i64 ae = (i64)(m0 + j) * k + 32 * lane;
+            u32 a[8];
+            mv_load_acts(qs + ae, a);
+            t[j] = f.term(a, *(const uint2*)(meta + (ae / 32) * 8));
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < MV_COLS; ++j) {
+        if (j >= nc) break;
+        float acc = 0.0f;
+        for (int b = 0; b < nb; ++b) acc = __fadd_rn(acc, __shfl_sync(MV_FULL, t[j], b));
+        if (lane == 0) {
+            const i64 at = (i64)(m0 + j) * n_out + row;
+            y[at] = mv_epilogue(acc, bias, residual, at, row);
+        }
+    }
+}
+
+#define MATVEC_Q8_SHORT(name, fmt)                                                               \
+    extern "C" __global__ void matvec_q8_short_##name(float* y, const u8* w, const u8* acts,     \
+                                                      long long meta_off, int n_out, int k, int m, \
+                                                      const float* bias, const float* residual) { \
+        matvec_q8_short<fmt>(y, w, acts, meta_off, n_out, k, m, bias, residual);                 \
+    }
+MATVEC_Q8_SHORT(q4_0, mv_q4_0)
+MATVEC_Q8_SHORT(q4_1, mv_q4_1)
+MATVEC_Q8_SHORT(q5_0, mv_q5_0)
+MATVEC_Q8_SHORT(q5_1, mv_q5_1)
+MATVEC_Q8_SHORT(q8_0, mv_q8_0)
+
 #define MATVEC_Q8(name, fmt)                                                                     \
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV_MIN_BLOCKS)                 \
         matvec_q8_##name(float* y, const u8* w, const u8* acts, long long meta_off,              \
-                         long long bsums_off, int n_out, int k, int m, int wpr) {                \
-        matvec_q8<fmt>(y, w, acts, meta_off, bsums_off, n_out, k, m, wpr);                       \
+                         long long bsums_off, int n_out, int k, int m, int wpr, const float* bias, \
+                         const float* residual) {                                                \
+        matvec_q8<fmt>(y, w, acts, meta_off, bsums_off, n_out, k, m, wpr, bias, residual);       \
     }
 MATVEC_Q8(q4_0, mv_q4_0)
 MATVEC_Q8(q4_1, mv_q4_1)
@@ -847,24 +920,17 @@ MATVEC_Q8(q6_k, mv_q6_k)
 
 // ---------------------------------------------------------------------------------------------
 // Float weights the way ggml's CPU computes them: the activation rounded to the weight's type
-// (F16: half, BF16: bfloat16, F32: as is), each product w·x rounded to f32, widened to f64 and
-// added to one f64 sum in element order, which is rounded to f32 at the end.
+// (F16: half, BF16: bfloat16, F32: as is), each product w·x rounded to f32 and summed in f64.
+// The CPU adds the products to one f64 sum in element order; here each lane sums its own
+// elements and the warp adds the lane sums. For F16 and BF16 every product is exact in f32 (two
+// 11- or 8-bit significands), and an f64 sum of such products is itself exact, so independent
+// of order, unless its terms span more than 53 binary orders of magnitude; even then the f64
+// results differ in the last bit and the f32 rounding of the final sum hides that except on
+// about one output in 2^29. (An order-exact version that evaluated the CPU's chain
+// speculatively ran at a tenth of the memory bandwidth.)
 //
-// That sum is one chain of k dependent f64 additions per output. A warp computes one output
-// and runs its chain speculatively, 32 · FE elements (a chunk) at a time:
-// 1. lane i takes elements FE·i .. FE·i + FE of the chunk and sums its products as a tree: a
-//    guess of what its segment adds to the chain;
-// 2. lane 0 adds the 32 guesses to the chain value one after the other, giving a guessed
-//    chain value P_i at the start of every segment;
-// 3. every lane adds its products one by one to P_i, exactly as the CPU does from there, and
-//    checks that it arrives at P_{i+1} (bit for bit).
-// If all agree, every P_i is the CPU's value (by induction from the chunk's exact start) and
-// the chunk is done. Otherwise the first disagreeing lane's own result is the CPU's value at
-// the end of its segment, and 2-3 run again from there for the lanes after it. The guesses are
-// exact unless an addition of the segment rounds, which the f64 sum of f32 products seldom
-// does, so a chunk usually costs 2 f64 additions per element and a chain latency of about
-// 2·FE + 32 additions instead of 32·FE. Weights are read with 16-byte loads (the next chunk's
-// while this one computes) when rows are 16-byte aligned.
+// One warp per weight row and group of up to MV_COLS activation rows: the row is read once
+// with 16-byte loads (when rows are 16-byte aligned) for all of them.
 
 // bfloat16 rounding like ggml's FP32_TO_BF16 (nearest even; NaN stays NaN).
 __device__ __forceinline__ float mv_round_bf16(float f) {
@@ -898,108 +964,67 @@ __device__ __forceinline__ float mv_weight_in(uint4 v, int e) {
 
 template <int T>
 __device__ void matvec_float(float* __restrict__ y, const u8* __restrict__ w,
-                             const float* __restrict__ x, int n_out, int k, int m, int cc) {
+                             const float* __restrict__ x, int n_out, int k, int m,
+                             const float* __restrict__ bias, const float* __restrict__ residual) {
     constexpr int EB = T == 0 ? 4 : 2;  // bytes per weight
     constexpr int EPW = 16 / EB;        // weights per 16-byte word
-    constexpr int FE = 16;              // elements per lane and chunk
-    constexpr int NW = FE / EPW;        // 16-byte words of weights per lane and chunk
-    constexpr int CHUNK = WARP * FE;
-    __shared__ double guess[MV_WARPS][WARP];      // step 1
-    __shared__ double start[MV_WARPS][WARP + 1];  // step 2: P_i
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
-    // cc activation rows (a power of two <= 8) of MV_WARPS / cc weight rows per block
-    const int row = blockIdx.x * (MV_WARPS / cc) + warp / cc;
-    const int col = blockIdx.y * cc + warp % cc;
-    if (row >= n_out || col >= m) return;  // the whole warp
+    const int row = blockIdx.x * MV_WARPS + warp;
+    const int m0 = blockIdx.y * MV_COLS;
+    if (row >= n_out) return;  // the whole warp
+    const int nc = min(MV_COLS, m - m0);
     const u8* wr = w + (i64)row * k * EB;
-    const float* xr = x + (i64)col * k;
+    const float* xr = x + (i64)m0 * k;
+    double acc[MV_COLS];
+#pragma unroll
+    for (int j = 0; j < MV_COLS; ++j) acc[j] = 0.0;
     // 16-byte loads of weights and activations need rows aligned to 16 bytes.
-    const bool vec = k % EPW == 0 && k % 4 == 0;
-    uint4 wv[NW];
-    auto fetch = [&](int c0) {
-        const int e0 = c0 + lane * FE;
+    if (k % EPW == 0 && k % 4 == 0) {
+        for (int e0 = lane * EPW; e0 < k; e0 += WARP * EPW) {
+            const uint4 wv = mv_ld_nc16(wr + (i64)e0 * EB);
+            float wf[EPW];
 #pragma unroll
-        for (int q = 0; q < NW; ++q)
-            if (e0 + q * EPW < k) wv[q] = mv_ld_nc16(wr + (i64)(e0 + q * EPW) * EB);
-    };
-    if (vec) fetch(0);
-    double s = 0.0;  // the CPU's sum so far
-    for (int c0 = 0; c0 < k; c0 += CHUNK) {
-        const int e0 = c0 + lane * FE;
-        const int ne = max(0, min(FE, k - e0));            // this lane's elements
-        const int nl = min(WARP, (k - c0 + FE - 1) / FE);  // lanes with elements
-        float p[FE];
-        if (vec) {
+            for (int e = 0; e < EPW; ++e) wf[e] = mv_weight_in<T>(wv, e);
 #pragma unroll
-            for (int q = 0; q < NW; ++q)
+            for (int j = 0; j < MV_COLS; ++j) {
+                if (j >= nc) break;
+                const float* xj = xr + (i64)j * k + e0;
 #pragma unroll
-                for (int e = 0; e < EPW; ++e) p[q * EPW + e] = mv_weight_in<T>(wv[q], e);
+                for (int v = 0; v < EPW / 4; ++v) {
+                    const float4 xv = *(const float4*)(xj + 4 * v);
+                    const float xs[4] = {xv.x, xv.y, xv.z, xv.w};
 #pragma unroll
-            for (int v = 0; v < FE / 4; ++v) {
-                if (4 * v >= ne) {
-                    p[4 * v] = p[4 * v + 1] = p[4 * v + 2] = p[4 * v + 3] = 0.0f;
-                    continue;
+                    for (int e = 0; e < 4; ++e)
+                        acc[j] += (double)__fmul_rn(wf[4 * v + e], mv_round_act<T>(xs[e]));
                 }
-                const float4 xv = *(const float4*)(xr + e0 + 4 * v);
-                const float xs[4] = {xv.x, xv.y, xv.z, xv.w};
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    p[4 * v + e] = __fmul_rn(p[4 * v + e], mv_round_act<T>(xs[e]));
             }
-            if (c0 + CHUNK < k) fetch(c0 + CHUNK);
-        } else {
-#pragma unroll
-            for (int e = 0; e < FE; ++e)
-                p[e] = e < ne ? __fmul_rn(mv_weight_at<T>(wr, e0 + e), mv_round_act<T>(xr[e0 + e]))
-                              : 0.0f;
         }
-        // 1. the guess
-        double t[FE / 2];
+    } else {
+        for (int e = lane; e < k; e += WARP) {
+            const float we = mv_weight_at<T>(wr, e);
 #pragma unroll
-        for (int i = 0; i < FE / 2; ++i) t[i] = __dadd_rn((double)p[2 * i], (double)p[2 * i + 1]);
-#pragma unroll
-        for (int n = FE / 4; n >= 1; n /= 2)
-#pragma unroll
-            for (int i = 0; i < n; ++i) t[i] = __dadd_rn(t[2 * i], t[2 * i + 1]);
-        guess[warp][lane] = t[0];
-        int first = 0;  // lanes before `first` are done; s is the chain value at its start
-        for (;;) {
-            __syncwarp();
-            if (lane == 0) {  // 2.
-                double v = s;
-                start[warp][first] = v;
-                for (int i = first; i < nl; ++i) start[warp][i + 1] = v = __dadd_rn(v, guess[warp][i]);
+            for (int j = 0; j < MV_COLS; ++j) {
+                if (j >= nc) break;
+                acc[j] += (double)__fmul_rn(we, mv_round_act<T>(xr[(i64)j * k + e]));
             }
-            __syncwarp();
-            double v = 0.0;  // 3.
-            bool wrong = false;
-            if (lane >= first && lane < nl) {
-                v = start[warp][lane];
-#pragma unroll
-                for (int e = 0; e < FE; ++e)
-                    if (e < ne) v = __dadd_rn(v, (double)p[e]);
-                wrong = __double_as_longlong(v) != __double_as_longlong(start[warp][lane + 1]);
-            }
-            const u32 bad = __ballot_sync(MV_FULL, wrong);
-            if (bad == 0) {
-                s = start[warp][nl];
-                break;
-            }
-            const int i = __ffs(bad) - 1;
-            s = __shfl_sync(MV_FULL, v, i);
-            first = i + 1;
-            if (first == nl) break;
         }
-        __syncwarp();  // `guess` and `start` are rewritten next chunk
     }
-    if (lane == 0) y[(i64)col * n_out + row] = __double2float_rn(s);
+#pragma unroll
+    for (int j = 0; j < MV_COLS; ++j) {
+        if (j >= nc) break;
+        const double s = warp_sum_f64(acc[j]);
+        if (lane == 0) {
+            const i64 at = (i64)(m0 + j) * n_out + row;
+            y[at] = mv_epilogue(__double2float_rn(s), bias, residual, at, row);
+        }
+    }
 }
 
 #define MATVEC_FLOAT(name, t)                                                                    \
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV_MIN_BLOCKS)                 \
         matvec_float_##name(float* y, const u8* w, const float* x, int n_out, int k, int m,      \
-                            int cc) {                                                            \
-        matvec_float<t>(y, w, x, n_out, k, m, cc);                                               \
+                            const float* bias, const float* residual) {                          \
+        matvec_float<t>(y, w, x, n_out, k, m, bias, residual);                                   \
     }
 MATVEC_FLOAT(f32, 0)
 MATVEC_FLOAT(f16, 1)

@@ -18,3 +18,31 @@ extern "C" __global__ void rope_f32(float* x, const float* cs, int n_heads, int 
     hp[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
     hp[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
 }
+
+// The query and key rotations of one attention layer in one launch (same table), and the
+// query's optional scale (applied after the rotation, as the CPU does; scale_q != 1 needs
+// n_rot == head_dim so that every query element is rotated). q: [rows, n_q * head_dim],
+// k: [rows, n_k * head_dim]; threads (head, pair) cover the query heads, then the key heads.
+extern "C" __global__ void rope_qk_f32(float* q, float* k, const float* cs, int n_q, int n_k, int head_dim,
+                                       int n_rot, int neox, float scale_q, int use_scale) {
+    const int row = blockIdx.y;
+    const int half = n_rot / 2;
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= (n_q + n_k) * half) return;
+    const bool is_q = t < n_q * half;
+    if (!is_q) t -= n_q * half;
+    const int h = t / half, i = t % half;
+    const float c = cs[((i64)row * half + i) * 2], s = cs[((i64)row * half + i) * 2 + 1];
+    float* hp = is_q ? q + ((i64)row * n_q + h) * head_dim : k + ((i64)row * n_k + h) * head_dim;
+    const int a = neox ? i : 2 * i;
+    const int b = neox ? i + half : 2 * i + 1;
+    const float x0 = hp[a], x1 = hp[b];
+    float r0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    float r1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    if (is_q && use_scale) {
+        r0 = __fmul_rn(r0, scale_q);
+        r1 = __fmul_rn(r1, scale_q);
+    }
+    hp[a] = r0;
+    hp[b] = r1;
+}

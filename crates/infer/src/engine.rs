@@ -184,9 +184,8 @@ impl Engine {
         let mut text = String::new();
         let mut stop = StopReason::MaxTokens;
         let gen_start = Instant::now();
-        // Greedy decoding without penalties picks the token on the model's device, so only its
-        // id crosses to the host.
-        let on_device = opts.sampler.is_greedy() && !opts.sampler.has_penalties();
+        // After the prompt, the model's device does what it can of each draw (penalties, then
+        // the arg-max or the top-k candidates), so only a few numbers cross to the host.
         let mut chosen: Option<u32> = None;
         while tokens.len() < opts.max_tokens {
             let token = match chosen.take() {
@@ -214,8 +213,16 @@ impl Engine {
                 stop = StopReason::ContextFull;
                 break;
             }
-            if on_device {
-                chosen = Some(self.model.forward_greedy(&[token], cache.as_mut())?);
+            if let Some(pick) = sampler.device_pick() {
+                let candidates = self.model.forward_pick(&[token], cache.as_mut(), &pick)?;
+                chosen = Some(if pick.top_k == 0 {
+                    candidates
+                        .first()
+                        .map(|c| c.0)
+                        .ok_or(synaptix_sample::SampleError::EmptyLogits)?
+                } else {
+                    sampler.pick(candidates)?
+                });
             } else {
                 logits = self
                     .model

@@ -7,7 +7,7 @@
 //! ```
 //!
 //! Shapes (out × in): the Qwen2.5 0.5B projections 4864×896 (gate/up), 896×4864 (down) and
-//! 151936×896 (output), and 4096×4096. K-quants need rows of whole 256-element blocks, so
+//! 151936×896 (output), 4096×4096, and the Qwen2.5 7B MLP 18944×3584 and 3584×18944. K-quants need rows of whole 256-element blocks, so
 //! they skip the 896-column shapes.
 //!
 //! Columns (times per call, averaged over `--iters` calls after a warm-up, taken with CUDA
@@ -30,7 +30,14 @@ use synaptix_core::DType;
 use synaptix_kernels_cuda::ops::{self, DeviceActs, DeviceMatrix};
 use synaptix_kernels_cuda::{cuda_status, CudaDevice, CudaStatus, DeviceBuffer, Result};
 
-const SHAPES: [(usize, usize); 4] = [(4864, 896), (896, 4864), (151_936, 896), (4096, 4096)];
+const SHAPES: [(usize, usize); 6] = [
+    (4864, 896),
+    (896, 4864),
+    (151_936, 896),
+    (4096, 4096),
+    (18944, 3584),
+    (3584, 18944),
+];
 
 const FORMATS: [DType; 13] = [
     DType::F32,

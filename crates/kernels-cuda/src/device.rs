@@ -22,6 +22,9 @@ pub struct CudaDevice {
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
     /// Seconds spent compiling or loading kernels (cold vs warm start reports).
     compile_seconds: Mutex<f64>,
+    /// One zeroed u32 that multi-block reductions count finished blocks in (each launch leaves
+    /// it at zero again).
+    block_counter: std::sync::OnceLock<DeviceBuffer<u32>>,
 }
 
 impl std::fmt::Debug for CudaDevice {
@@ -42,7 +45,13 @@ impl CudaDevice {
             count: gpus.len(),
         })?;
         let ctx = CudaContext::new(ordinal)?;
-        let stream = ctx.default_stream();
+        // SAFETY: every buffer of this device is created, used and freed on the one stream
+        // below, in order, so cudarc's per-buffer events (meant for several streams) are not
+        // needed; turning them off before any buffer exists keeps launches free of event
+        // records, which stream capture could not take either.
+        unsafe { ctx.disable_event_tracking() };
+        // A stream of our own: the legacy default stream cannot be captured into a graph.
+        let stream = ctx.new_stream()?;
         keep_pool_memory(&ctx);
         Ok(CudaDevice {
             info,
@@ -50,6 +59,7 @@ impl CudaDevice {
             stream,
             modules: Mutex::new(HashMap::new()),
             compile_seconds: Mutex::new(0.0),
+            block_counter: std::sync::OnceLock::new(),
         })
     }
 
@@ -134,8 +144,68 @@ impl CudaDevice {
         Ok(self.stream.clone_dtoh(dev)?)
     }
 
+    /// The device's block counter (see the field), created zeroed on first use.
+    pub fn block_counter(&self) -> Result<&DeviceBuffer<u32>> {
+        if let Some(c) = self.block_counter.get() {
+            return Ok(c);
+        }
+        let zeroed = self.zeros(1)?;
+        Ok(self.block_counter.get_or_init(|| zeroed))
+    }
+
     pub fn synchronize(&self) -> Result<()> {
         Ok(self.stream.synchronize()?)
+    }
+
+    /// Copies `src` into the start of `dst` in stream order, through a shared reference: the
+    /// inputs of a recorded graph are fixed buffers that kernels of the graph also hold.
+    pub fn overwrite<T: DeviceRepr>(&self, dst: &DeviceBuffer<T>, src: &[T]) -> Result<()> {
+        use cudarc::driver::DevicePtr;
+        if src.len() > dst.len() {
+            return Err(CudaError::Invalid {
+                op: "overwrite",
+                detail: format!("{} values into a buffer of {}", src.len(), dst.len()),
+            });
+        }
+        let (ptr, _sync) = dst.device_ptr(&self.stream);
+        // SAFETY: `ptr` addresses at least `src.len()` elements of `T` (checked above); the copy
+        // is ordered on the device's only stream after every earlier use of `dst`, and the
+        // driver stages pageable `src` before returning.
+        unsafe { cudarc::driver::result::memcpy_htod_async(ptr, src, self.stream.cu_stream()) }?;
+        Ok(())
+    }
+
+    /// Starts recording the work issued on the device's stream (nothing runs until the
+    /// recording is launched). Relaxed mode: kernels may still be loaded while recording.
+    pub fn begin_capture(&self) -> Result<()> {
+        use cudarc::driver::sys::CUstreamCaptureMode;
+        Ok(self
+            .stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?)
+    }
+
+    /// Ends a recording started by [`CudaDevice::begin_capture`] and makes it launchable.
+    pub fn end_capture(&self) -> Result<Option<StepGraph>> {
+        let graph = self
+            .stream
+            .end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0))?;
+        Ok(graph.map(|graph| StepGraph { graph }))
+    }
+}
+
+/// A recorded sequence of launches (a CUDA graph), replayed on the device's stream.
+pub struct StepGraph {
+    graph: cudarc::driver::CudaGraph,
+}
+
+// SAFETY: a CUDA graph may be used from any thread as long as calls on it are not concurrent;
+// `launch` takes `&mut self`, so the borrow checker serialises them.
+unsafe impl Send for StepGraph {}
+
+impl StepGraph {
+    /// Replays the recording on the stream it was captured from.
+    pub fn launch(&mut self) -> Result<()> {
+        Ok(self.graph.launch()?)
     }
 }
 

@@ -7,13 +7,16 @@
 //!   options, architecture and NVRTC version.
 //! - [`CudaDevice`]: a context, a stream and the loaded kernel modules, with typed launches.
 
+mod attention;
 pub mod compile;
 mod device;
 mod error;
+pub mod gemm;
 pub mod ops;
 pub mod probe;
+pub mod sample;
 pub mod sources;
 
-pub use device::{CudaDevice, DeviceBuffer};
+pub use device::{CudaDevice, DeviceBuffer, StepGraph};
 pub use error::{CudaError, Result};
 pub use probe::{cuda_status, CudaStatus, GpuInfo};

@@ -12,14 +12,14 @@ fn grid_for(n: usize) -> u32 {
     n.div_ceil(THREADS as usize) as u32
 }
 
-fn i32_arg(op: &'static str, what: &str, v: usize) -> Result<i32> {
+pub(crate) fn i32_arg(op: &'static str, what: &str, v: usize) -> Result<i32> {
     i32::try_from(v).map_err(|_| CudaError::Invalid {
         op,
         detail: format!("{what} = {v} exceeds the kernel's 32-bit index range"),
     })
 }
 
-fn check(op: &'static str, ok: bool, detail: impl FnOnce() -> String) -> Result<()> {
+pub(crate) fn check(op: &'static str, ok: bool, detail: impl FnOnce() -> String) -> Result<()> {
     if ok {
         Ok(())
     } else {
@@ -51,7 +51,7 @@ pub fn format_suffix(dtype: DType) -> Option<&'static str> {
     })
 }
 
-fn suffix(op: &'static str, dtype: DType) -> Result<&'static str> {
+pub(crate) fn suffix(op: &'static str, dtype: DType) -> Result<&'static str> {
     format_suffix(dtype).ok_or_else(|| CudaError::Invalid {
         op,
         detail: format!("{dtype} weights are not supported on the GPU"),
@@ -223,8 +223,25 @@ pub fn rms_norm(
         || format!("x {} out {} cols {cols}", x.len(), out.len()),
     )?;
     let rows = x.len() / cols;
-    let f = dev.function("norm", "rms_norm_f32")?;
     let c32 = i32_arg("rms_norm", "cols", cols)?;
+    if cols.is_multiple_of(4) && cols <= 16 * THREADS as usize {
+        // Rows held in registers, 16-byte loads.
+        let f = dev.function("norm", "rms_norm_vec_f32")?;
+        let mut l = dev.stream().launch_builder(&f);
+        l.arg(out).arg(x).arg(w).arg(&c32).arg(&eps);
+        // SAFETY: one block per row of `cols` (a multiple of 4, at most 4 float4 per thread),
+        // inside both buffers; cudarc allocations are 16-byte aligned and rows start at
+        // multiples of 4 floats.
+        unsafe {
+            l.launch(LaunchConfig {
+                grid_dim: (rows as u32, 1, 1),
+                block_dim: (THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }?;
+        return Ok(());
+    }
+    let f = dev.function("norm", "rms_norm_f32")?;
     let mut l = dev.stream().launch_builder(&f);
     l.arg(out).arg(x).arg(w).arg(&c32).arg(&eps);
     // SAFETY: one block per row of `cols`, inside both buffers.
@@ -293,11 +310,82 @@ pub fn rope(
     Ok(())
 }
 
+/// [`rope`] of a layer's queries `q` (`q_params.n_heads` heads) and keys `k` (`n_kv_heads`) in
+/// one launch, then `q *= q_scale` when given (which needs `n_rot == head_dim`).
+pub fn rope_qk(
+    dev: &CudaDevice,
+    q: &mut DeviceBuffer<f32>,
+    k: &mut DeviceBuffer<f32>,
+    cos_sin: &DeviceBuffer<f32>,
+    q_params: RopeParams,
+    n_kv_heads: usize,
+    q_scale: Option<f32>,
+) -> Result<()> {
+    let p = q_params;
+    let half = p.n_rot / 2;
+    let (qw, kw) = (p.n_heads * p.head_dim, n_kv_heads * p.head_dim);
+    check(
+        "rope_qk",
+        p.n_rot <= p.head_dim
+            && p.n_rot.is_multiple_of(2)
+            && half > 0
+            && qw > 0
+            && kw > 0
+            && q.len().is_multiple_of(qw)
+            && k.len() == q.len() / qw * kw
+            && cos_sin.len() == q.len() / qw * half * 2
+            && (q_scale.is_none() || p.n_rot == p.head_dim),
+        || {
+            format!(
+                "q {} k {} heads {}/{n_kv_heads} head_dim {} n_rot {} table {} scale {q_scale:?}",
+                q.len(),
+                k.len(),
+                p.n_heads,
+                p.head_dim,
+                p.n_rot,
+                cos_sin.len()
+            )
+        },
+    )?;
+    let rows = q.len() / qw;
+    let f = dev.function("rope", "rope_qk_f32")?;
+    let (nq, nk, hd, nr) = (
+        p.n_heads as i32,
+        n_kv_heads as i32,
+        p.head_dim as i32,
+        p.n_rot as i32,
+    );
+    let neox = p.neox as i32;
+    let (scale, use_scale) = (q_scale.unwrap_or(1.0), q_scale.is_some() as i32);
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(q)
+        .arg(k)
+        .arg(cos_sin)
+        .arg(&nq)
+        .arg(&nk)
+        .arg(&hd)
+        .arg(&nr)
+        .arg(&neox)
+        .arg(&scale)
+        .arg(&use_scale);
+    // SAFETY: one thread per (head, pair) of the query then key heads of each row, inside `q`,
+    // `k` and the table (checked above).
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (grid_for((p.n_heads + n_kv_heads) * half), rows as u32, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(())
+}
+
 /// A weight matrix `[rows, cols]` on the GPU, in its stored format.
 pub struct DeviceMatrix {
     pub dtype: DType,
     pub rows: usize,
     pub cols: usize,
+    /// The weights as stored, then [`WEIGHT_PAD`] zero bytes.
     pub data: DeviceBuffer<u8>,
 }
 
@@ -321,14 +409,21 @@ impl DeviceMatrix {
                 )
             },
         )?;
+        // Zeroed padding after the weights lets kernels read whole aligned words past the
+        // last block.
+        let data = dev.zeros::<u8>(expected + WEIGHT_PAD)?;
+        dev.overwrite(&data, bytes)?;
         Ok(DeviceMatrix {
             dtype,
             rows,
             cols,
-            data: dev.upload(bytes)?,
+            data,
         })
     }
 }
+
+/// Zero bytes after every matrix's weights in [`DeviceMatrix::data`].
+pub const WEIGHT_PAD: usize = 64;
 
 /// Rows `ids` of an embedding table, dequantized and scaled: `out: [ids, cols]`.
 pub fn get_rows(
@@ -381,13 +476,13 @@ pub fn activation_format(dtype: DType) -> Option<DType> {
 /// number of weight matrices of formats with the same [`activation_format`] with
 /// [`matvec_quantized`] (Q, K and V, or gate and up, share one quantization).
 pub struct DeviceActs {
-    dtype: DType,
-    rows: usize,
-    cols: usize,
+    pub(crate) dtype: DType,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
     /// Byte offsets of the per-block scales and of the Q8_K sums of 16.
-    meta_offset: usize,
+    pub(crate) meta_offset: usize,
     bsums_offset: usize,
-    buf: DeviceBuffer<u8>,
+    pub(crate) buf: DeviceBuffer<u8>,
 }
 
 impl DeviceActs {
@@ -539,7 +634,7 @@ fn mv_lane_major(dtype: DType) -> bool {
 }
 
 /// Streaming multiprocessors of `dev` (cached per ordinal).
-fn sm_count(dev: &CudaDevice) -> usize {
+pub(crate) fn sm_count(dev: &CudaDevice) -> usize {
     use std::sync::atomic::{AtomicU32, Ordering};
     static COUNTS: [AtomicU32; 16] = [const { AtomicU32::new(0) }; 16];
     let slot = COUNTS.get(dev.info.ordinal);
@@ -597,6 +692,133 @@ pub fn matvec_quantized(
     w: &DeviceMatrix,
     acts: &DeviceActs,
 ) -> Result<()> {
+    matvec_quantized_with(dev, y, w, acts, Epilogue::default())
+}
+
+/// What a matvec adds to its products before storing them, fused into its last step: `+ bias`
+/// (per output row), then `+ residual` (same shape as y), in that order, as the CPU's separate
+/// bias and residual additions do.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Epilogue<'a> {
+    pub bias: Option<&'a DeviceBuffer<f32>>,
+    pub residual: Option<&'a DeviceBuffer<f32>>,
+}
+
+impl Epilogue<'_> {
+    fn check(&self, rows: usize, y_len: usize) -> Result<()> {
+        check(
+            "matvec",
+            self.bias.is_none_or(|b| b.len() == rows)
+                && self.residual.is_none_or(|r| r.len() == y_len),
+            || {
+                format!(
+                    "bias {:?} residual {:?} for {rows} rows, y {y_len}",
+                    self.bias.map(|b| b.len()),
+                    self.residual.map(|r| r.len())
+                )
+            },
+        )
+    }
+}
+
+/// `matvec_q8_short_*`: legacy-format rows of at most 1024 elements (a block per lane), up
+/// to MV_COLS activation rows; shapes and epilogue checked by the caller.
+fn matvec_short(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    acts: &DeviceActs,
+    epi: Epilogue,
+) -> Result<()> {
+    let f = dev.function(
+        "matvec",
+        &format!("matvec_q8_short_{}", suffix("matvec", w.dtype)?),
+    )?;
+    let (r32, c32, m32) = (
+        i32_arg("matvec", "rows", w.rows)?,
+        i32_arg("matvec", "cols", w.cols)?,
+        i32_arg("matvec", "m", acts.rows)?,
+    );
+    let meta = acts.meta_offset as i64;
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(y)
+        .arg(&w.data)
+        .arg(&acts.buf)
+        .arg(&meta)
+        .arg(&r32)
+        .arg(&c32)
+        .arg(&m32);
+    let null = 0u64;
+    epilogue_args(&mut l, &epi, &null);
+    // SAFETY: one warp per weight row (warps past `rows` return), lane b < cols / 32 <= 32 reads
+    // block b of its row (word reads may pass the last block by less than WEIGHT_PAD) and of up
+    // to MV_COLS activation rows < m; writes y[i][row] for i < m, row < rows.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (w.rows.div_ceil(MV_WARPS) as u32, 1, 1),
+            block_dim: ((MV_WARPS * 32) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(())
+}
+
+/// Whether `m` activation rows against `[_, k]` weights of `dtype` go to the tensor-core GEMM
+/// (`SYNAPTIX_NO_GEMM` set: never, for comparisons).
+fn use_gemm(dtype: DType, m: usize, k: usize) -> bool {
+    static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    !*DISABLED.get_or_init(|| std::env::var_os("SYNAPTIX_NO_GEMM").is_some())
+        && crate::gemm::gemm_supported(dtype, m, k)
+}
+
+/// Runs `product` (writing `y: [m, rows]`, no epilogue of its own), then applies `epi` with the
+/// elementwise kernels: `+ bias`, then `residual +`, the order the fused epilogue uses.
+fn with_epilogue(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    epi: Epilogue,
+    product: impl FnOnce(&mut DeviceBuffer<f32>) -> Result<()>,
+) -> Result<()> {
+    match epi.residual {
+        None => {
+            product(y)?;
+            if let Some(b) = epi.bias {
+                add_bias(dev, y, b)?;
+            }
+        }
+        Some(residual) => {
+            // SAFETY: `product` writes every element of the scratch product.
+            let mut p = unsafe { dev.uninit::<f32>(y.len()) }?;
+            product(&mut p)?;
+            if let Some(b) = epi.bias {
+                add_bias(dev, &mut p, b)?;
+            }
+            add(dev, y, residual, &p)?;
+        }
+    }
+    Ok(())
+}
+
+/// Adds an epilogue's two pointers (null where absent) to a launch.
+fn epilogue_args<'a>(l: &mut cudarc::driver::LaunchArgs<'a>, epi: &Epilogue<'a>, null: &'a u64) {
+    match epi.bias {
+        Some(b) => l.arg(b),
+        None => l.arg(null),
+    };
+    match epi.residual {
+        Some(r) => l.arg(r),
+        None => l.arg(null),
+    };
+}
+
+/// [`matvec_quantized`] with an [`Epilogue`].
+pub fn matvec_quantized_with(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    acts: &DeviceActs,
+    epi: Epilogue,
+) -> Result<()> {
     check(
         "matvec",
         activation_format(w.dtype) == Some(acts.dtype) && acts.cols == w.cols,
@@ -609,8 +831,17 @@ pub fn matvec_quantized(
     )?;
     let m = acts.rows;
     check_matvec(w, y.len(), m)?;
+    epi.check(w.rows, y.len())?;
     if m == 0 || w.rows == 0 {
         return Ok(());
+    }
+    if use_gemm(w.dtype, m, w.cols) {
+        return with_epilogue(dev, y, epi, |y| {
+            crate::gemm::gemm_quantized(dev, y, w, acts)
+        });
+    }
+    if w.dtype.block_len() == 32 && w.cols <= 1024 && m <= MV_COLS {
+        return matvec_short(dev, y, w, acts, epi);
     }
     let f = dev.function(
         "matvec",
@@ -638,7 +869,9 @@ pub fn matvec_quantized(
         .arg(&c32)
         .arg(&m32)
         .arg(&wpr32);
-    // SAFETY: the shapes were checked: `wpr` warps per weight row (8 / wpr rows per block; for
+    let null = 0u64;
+    epilogue_args(&mut l, &epi, &null);
+    // SAFETY: the shapes were checked (the epilogue's too): `wpr` warps per weight row (8 / wpr rows per block; for
     // the lane-major k-quants wpr × min(m, MV_COLS) <= MV_COLS, the size of their shared
     // activation buffer), up to MV_COLS activation rows per block row, reads inside the weight
     // and activation buffers, writes of y[i][row] for i < m and row < rows only.
@@ -656,12 +889,24 @@ pub fn matvec_quantized(
 /// `matmul`: for quantized W, the rows of x are quantized once to W's [`activation_format`] (as
 /// the CPU does) into a scratch buffer and multiplied with exact integer block sums
 /// ([`matvec_quantized`]); F16 and BF16 weights see x rounded to their type, and the products
-/// are summed in f64 in element order.
+/// are summed in f64. Many activation rows (prefill) go to the tensor-core GEMM where it
+/// supports the format (`crate::gemm`).
 pub fn matvec(
     dev: &CudaDevice,
     y: &mut DeviceBuffer<f32>,
     w: &DeviceMatrix,
     x: &DeviceBuffer<f32>,
+) -> Result<()> {
+    matvec_with(dev, y, w, x, Epilogue::default())
+}
+
+/// [`matvec`] with an [`Epilogue`].
+pub fn matvec_with(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    x: &DeviceBuffer<f32>,
+    epi: Epilogue,
 ) -> Result<()> {
     check(
         "matvec",
@@ -670,7 +915,7 @@ pub fn matvec(
     )?;
     let m = x.len() / w.cols;
     if activation_format(w.dtype).is_none() {
-        return matvec_float(dev, y, w, x);
+        return matvec_float(dev, y, w, x, epi);
     }
     check_matvec(w, y.len(), m)?;
     if m == 0 || w.rows == 0 {
@@ -678,21 +923,26 @@ pub fn matvec(
     }
     let mut acts = DeviceActs::new(dev, w.dtype, m, w.cols)?;
     quantize_acts(dev, &mut acts, x)?;
-    matvec_quantized(dev, y, w, &acts)
+    matvec_quantized_with(dev, y, w, &acts, epi)
 }
 
-/// Float weights (F32, F16, BF16): x rounded to the weight type, f32 products, one f64 sum per
-/// output in element order (evaluated speculatively by a warp, see kernels/matvec.cu).
+/// Float weights (F32, F16, BF16): x rounded to the weight type, f32 products, f64 sums (per
+/// lane, then across the warp; see kernels/matvec.cu on why that lands on the CPU's values).
 fn matvec_float(
     dev: &CudaDevice,
     y: &mut DeviceBuffer<f32>,
     w: &DeviceMatrix,
     x: &DeviceBuffer<f32>,
+    epi: Epilogue,
 ) -> Result<()> {
     let m = x.len() / w.cols;
     check_matvec(w, y.len(), m)?;
+    epi.check(w.rows, y.len())?;
     if m == 0 || w.rows == 0 {
         return Ok(());
+    }
+    if use_gemm(w.dtype, m, w.cols) {
+        return with_epilogue(dev, y, epi, |y| crate::gemm::gemm_float(dev, y, w, x));
     }
     let f = dev.function(
         "matvec",
@@ -703,30 +953,20 @@ fn matvec_float(
         i32_arg("matvec", "cols", w.cols)?,
         i32_arg("matvec", "m", m)?,
     );
-    // One warp per output: `cc` activation rows (a power of two <= MV_COLS) of MV_WARPS / cc
-    // weight rows per block.
-    let cc = m.min(MV_COLS).next_power_of_two();
-    check("matvec", m.div_ceil(cc) <= 65535, || {
+    // One warp per (weight row, group of up to MV_COLS activation rows).
+    let passes = m.div_ceil(MV_COLS);
+    check("matvec", passes <= 65535, || {
         format!("{m} activation rows exceed the grid")
     })?;
-    let cc32 = cc as i32;
     let mut l = dev.stream().launch_builder(&f);
-    l.arg(y)
-        .arg(&w.data)
-        .arg(x)
-        .arg(&r32)
-        .arg(&c32)
-        .arg(&m32)
-        .arg(&cc32);
-    // SAFETY: one warp per (weight row, activation row) pair, warps past `rows` or `m` return at
-    // once; reads and writes stay inside the checked shapes.
+    l.arg(y).arg(&w.data).arg(x).arg(&r32).arg(&c32).arg(&m32);
+    let null = 0u64;
+    epilogue_args(&mut l, &epi, &null);
+    // SAFETY: one warp per weight row (warps past `rows` return at once) and group of up to
+    // MV_COLS activation rows; reads and writes stay inside the checked shapes.
     unsafe {
         l.launch(LaunchConfig {
-            grid_dim: (
-                w.rows.div_ceil(MV_WARPS / cc) as u32,
-                m.div_ceil(cc) as u32,
-                1,
-            ),
+            grid_dim: (w.rows.div_ceil(MV_WARPS) as u32, passes as u32, 1),
             block_dim: ((MV_WARPS * 32) as u32, 1, 1),
             shared_mem_bytes: 0,
         })
@@ -771,196 +1011,38 @@ pub fn matvec_dequant(
     Ok(())
 }
 
-/// Positions per KV page (`KV_PAGE` in `kernels/attention.cu`).
-pub const KV_PAGE: usize = 16;
-
-/// A layer's KV cache in f16, paged: position `t` lives in page `block_table[t / KV_PAGE]`, each
-/// page `[n_kv_heads, KV_PAGE, head_dim]`. A single sequence owns its pages in order today; the
-/// table is what lets batched sequences share a page pool later.
-pub struct DeviceKv {
-    pub k: DeviceBuffer<u16>,
-    pub v: DeviceBuffer<u16>,
-    pub block_table: DeviceBuffer<i32>,
-    pub n_kv_heads: usize,
-    pub head_dim: usize,
-    pub capacity: usize,
-}
-
-impl DeviceKv {
-    /// A cache for `capacity` positions whose pages are in order.
-    pub fn new(
-        dev: &CudaDevice,
-        n_kv_heads: usize,
-        head_dim: usize,
-        capacity: usize,
-    ) -> Result<DeviceKv> {
-        let pages = capacity.div_ceil(KV_PAGE);
-        let table: Vec<usize> = (0..pages).collect();
-        DeviceKv::with_pages(dev, n_kv_heads, head_dim, capacity, pages, &table)
-    }
-
-    /// A cache over a pool of `pool_pages` pages, position block `i` in page `table[i]`.
-    pub fn with_pages(
-        dev: &CudaDevice,
-        n_kv_heads: usize,
-        head_dim: usize,
-        capacity: usize,
-        pool_pages: usize,
-        table: &[usize],
-    ) -> Result<DeviceKv> {
-        check(
-            "kv cache",
-            table.len() == capacity.div_ceil(KV_PAGE) && table.iter().all(|&p| p < pool_pages),
-            || {
-                format!(
-                    "{} table entries for {capacity} positions over {pool_pages} pages",
-                    table.len()
-                )
-            },
-        )?;
-        let table: Vec<i32> = table
-            .iter()
-            .map(|&p| i32_arg("kv cache", "page", p))
-            .collect::<Result<_>>()?;
-        let n = pool_pages * KV_PAGE * n_kv_heads * head_dim;
-        Ok(DeviceKv {
-            k: dev.zeros(n)?,
-            v: dev.zeros(n)?,
-            block_table: dev.upload(&table)?,
-            n_kv_heads,
-            head_dim,
-            capacity,
-        })
-    }
-}
-
-/// Stores `k, v: [rows, n_kv_heads * head_dim]` at `positions` (each below the capacity).
-pub fn kv_store(
-    dev: &CudaDevice,
-    kv: &mut DeviceKv,
-    k: &DeviceBuffer<f32>,
-    v: &DeviceBuffer<f32>,
-    positions: &DeviceBuffer<i32>,
-) -> Result<()> {
-    let width = kv.n_kv_heads * kv.head_dim;
-    let rows = positions.len();
-    check(
-        "kv_store",
-        k.len() == rows * width && v.len() == rows * width,
-        || format!("k {} v {} rows {rows} width {width}", k.len(), v.len()),
-    )?;
-    let f = dev.function("attention", "kv_store_f32")?;
-    let (h, d) = (kv.n_kv_heads as i32, kv.head_dim as i32);
-    let mut l = dev.stream().launch_builder(&f);
-    l.arg(&mut kv.k)
-        .arg(&mut kv.v)
-        .arg(k)
-        .arg(v)
-        .arg(&kv.block_table)
-        .arg(positions)
-        .arg(&h)
-        .arg(&d);
-    // SAFETY: positions are below the capacity (the caller's KV bookkeeping guarantees it).
-    unsafe {
-        l.launch(LaunchConfig {
-            grid_dim: (grid_for(width), rows as u32, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        })
-    }?;
-    Ok(())
-}
-
-/// How [`attention`] attends.
-#[derive(Debug, Clone, Copy)]
-pub struct AttentionParams {
-    pub n_heads: usize,
-    /// Multiplies `q·k` before the softmax.
-    pub scale: f32,
-    /// Sliding window length (`None`: causal over the whole cache).
-    pub window: Option<usize>,
-    /// The largest position in `positions` (sizes the score buffer).
-    pub max_pos: usize,
-}
-
-/// Attention of `q: [rows, n_heads * head_dim]` at `positions` over `kv` (already holding them).
-pub fn attention(
-    dev: &CudaDevice,
-    out: &mut DeviceBuffer<f32>,
-    q: &DeviceBuffer<f32>,
-    kv: &DeviceKv,
-    positions: &DeviceBuffer<i32>,
-    p: AttentionParams,
-) -> Result<()> {
-    let AttentionParams {
-        n_heads,
-        scale,
-        window,
-        max_pos,
-    } = p;
-    let rows = positions.len();
-    let width = n_heads * kv.head_dim;
-    check(
-        "attention",
-        q.len() == rows * width
-            && out.len() == q.len()
-            && n_heads.is_multiple_of(kv.n_kv_heads)
-            && max_pos < kv.capacity,
-        || {
-            format!(
-                "q {} out {} rows {rows} heads {n_heads}/{} max_pos {max_pos}",
-                q.len(),
-                out.len(),
-                kv.n_kv_heads
-            )
-        },
-    )?;
-    // Scores for positions 0..=max_pos rounded up to groups of four, then the f16-rounded query.
-    let smem = (((max_pos + 1).next_multiple_of(4) + kv.head_dim) * 4) as u32;
-    let f = dev.function("attention", "attention_f32")?;
-    let limit = dev.max_shared_memory(&f)?;
-    check("attention", smem as usize <= limit, || {
-        format!(
-            "{} positions exceed this kernel's shared-memory score buffer ({limit} bytes)",
-            max_pos + 1
-        )
-    })?;
-    let (nh, nkv, hd) = (n_heads as i32, kv.n_kv_heads as i32, kv.head_dim as i32);
-    let win = window.map_or(0, |w| w as i32);
-    let mut l = dev.stream().launch_builder(&f);
-    l.arg(out)
-        .arg(q)
-        .arg(&kv.k)
-        .arg(&kv.v)
-        .arg(&kv.block_table)
-        .arg(positions)
-        .arg(&nh)
-        .arg(&nkv)
-        .arg(&hd)
-        .arg(&scale)
-        .arg(&win);
-    // SAFETY: one block per (head, row); scores fit the dynamic shared memory sized above.
-    unsafe {
-        l.launch(LaunchConfig {
-            grid_dim: (n_heads as u32, rows as u32, 1),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: smem,
-        })
-    }?;
-    Ok(())
-}
+// The KV cache and attention live in `attention.rs`.
+pub use crate::attention::{
+    attention, attention_single_block, kv_store, AttentionParams, DeviceKv, ATTN_SPAN, DECODE_ROWS,
+    KV_PAGE,
+};
 
 /// Index of the largest value (lowest on ties), computed on the GPU.
 pub fn argmax(dev: &CudaDevice, x: &DeviceBuffer<f32>, out: &mut DeviceBuffer<i32>) -> Result<()> {
-    let f = dev.function("sample", "argmax_f32")?;
+    check("argmax", !x.is_empty() && !out.is_empty(), || {
+        format!("{} values into {}", x.len(), out.len())
+    })?;
+    // Blocks of 256 threads over slices of at least 2048 values, at most 1024 blocks.
+    let blocks = x.len().div_ceil(2048).clamp(1, 1024);
+    let f = dev.function("sample", "argmax_blocks_f32")?;
     let n32 = i32_arg("argmax", "n", x.len())?;
+    // SAFETY: each block writes its own partial before the last block reads them all.
+    let (mut pv, mut pi) = unsafe { (dev.uninit::<f32>(blocks)?, dev.uninit::<i32>(blocks)?) };
+    let counter = dev.block_counter()?;
     let mut l = dev.stream().launch_builder(&f);
-    l.arg(out).arg(x).arg(&n32);
-    // SAFETY: one block of 1024 threads scans `n` elements; `out` holds one.
+    l.arg(out)
+        .arg(x)
+        .arg(&n32)
+        .arg(&mut pv)
+        .arg(&mut pi)
+        .arg(counter);
+    // SAFETY: `blocks` blocks of 256 threads read x[0..n) in disjoint slices, write partial
+    // [blockIdx] (of `blocks`), count themselves in the device's zeroed counter (left at zero),
+    // and the last writes out[0].
     unsafe {
         l.launch(LaunchConfig {
-            grid_dim: (1, 1, 1),
-            block_dim: (1024, 1, 1),
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         })
     }?;

@@ -36,6 +36,10 @@ pub const FILES: &[KernelFile] = &[
         source: include_str!("../../../kernels/matvec.cu"),
     },
     KernelFile {
+        name: "gemm",
+        source: include_str!("../../../kernels/gemm.cu"),
+    },
+    KernelFile {
         name: "quantize",
         source: include_str!("../../../kernels/quantize.cu"),
     },

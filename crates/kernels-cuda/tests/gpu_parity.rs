@@ -185,28 +185,30 @@ fn elementwise_and_norm() {
         }
     }
 
-    let (rows, cols) = (7, 896);
-    let x = rng.vec(rows * cols, 2.0);
-    let w = rng.vec(cols, 1.0);
-    let mut out = poisoned(&dev, rows * cols);
-    ops::rms_norm(
-        &dev,
-        &mut out,
-        &dev.upload(&x).unwrap(),
-        &dev.upload(&w).unwrap(),
-        1e-6,
-    )
-    .unwrap();
-    let mut want = x.clone();
-    for r in want.chunks_mut(cols) {
-        let ms = r.iter().map(|v| (v * v) as f64).sum::<f64>() / cols as f64;
-        let s = 1.0 / (ms + 1e-6).sqrt();
-        for (v, wi) in r.iter_mut().zip(&w) {
-            *v = (*v as f64 * s * *wi as f64) as f32;
+    // Rows of a warp each (short), and of a block each (long); heads of QK-norm (64).
+    for (rows, cols) in [(7, 896), (3, 64), (2, 5120), (17, 3584)] {
+        let x = rng.vec(rows * cols, 2.0);
+        let w = rng.vec(cols, 1.0);
+        let mut out = poisoned(&dev, rows * cols);
+        ops::rms_norm(
+            &dev,
+            &mut out,
+            &dev.upload(&x).unwrap(),
+            &dev.upload(&w).unwrap(),
+            1e-6,
+        )
+        .unwrap();
+        let mut want = x.clone();
+        for r in want.chunks_mut(cols) {
+            let ms = r.iter().map(|v| (v * v) as f64).sum::<f64>() / cols as f64;
+            let s = 1.0 / (ms + 1e-6).sqrt();
+            for (v, wi) in r.iter_mut().zip(&w) {
+                *v = (*v as f64 * s * *wi as f64) as f32;
+            }
         }
+        let e = nmse(&dev.download(&out).unwrap(), &want);
+        assert!(e < 1e-11, "rms_norm [{rows}, {cols}] nmse {e:e}");
     }
-    let e = nmse(&dev.download(&out).unwrap(), &want);
-    assert!(e < 1e-11, "rms_norm nmse {e:e}");
 }
 
 #[test]
@@ -593,6 +595,58 @@ fn matvec_shape_errors_are_reported_not_launched() {
     assert!(ops::quantize_acts(&dev, &mut acts, &x).is_err());
 }
 
+/// The CPU reference of `ops::attention`: the query, keys, values and probabilities rounded to
+/// f16 (as the reference CPU path does), everything else in f64 with the exact exp. `k, v:
+/// [n, n_kv * hd]` hold positions `0..n`; row `r` of `q: [rows, n_heads * hd]` attends at
+/// `positions[r]`.
+fn attention_reference(
+    q: &[f32],
+    (k, v): (&[f32], &[f32]),
+    positions: &[usize],
+    (n_heads, n_kv, hd): (usize, usize, usize),
+    scale: f32,
+    window: Option<usize>,
+) -> Vec<f32> {
+    let r16 = |x: f32| half::f16::from_f32(x).to_f32() as f64;
+    let mut want = vec![0f32; q.len()];
+    for (r, &p) in positions.iter().enumerate() {
+        for h in 0..n_heads {
+            let kvh = h / (n_heads / n_kv);
+            let first = window.map_or(0, |w| (p + 1).saturating_sub(w));
+            let qh = &q[(r * n_heads + h) * hd..][..hd];
+            let s: Vec<f64> = (first..=p)
+                .map(|t| {
+                    (0..hd)
+                        .map(|d| r16(qh[d]) * r16(k[(t * n_kv + kvh) * hd + d]))
+                        .sum::<f64>()
+                        * scale as f64
+                })
+                .collect();
+            let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
+            let z: f64 = e.iter().sum();
+            let probs: Vec<f64> = e.iter().map(|w| r16((w / z) as f32)).collect();
+            for d in 0..hd {
+                want[(r * n_heads + h) * hd + d] = (first..=p)
+                    .zip(&probs)
+                    .map(|(t, w)| w * r16(v[(t * n_kv + kvh) * hd + d]))
+                    .sum::<f64>() as f32;
+            }
+        }
+    }
+    want
+}
+
+/// Outputs whose bits differ: their count and the first few (index, got, want).
+fn attention_bit_mismatches(got: &[f32], want: &[f32]) -> (usize, Vec<(usize, f32, f32)>) {
+    assert_eq!(got.len(), want.len());
+    let bad: Vec<(usize, f32, f32)> = (0..got.len())
+        .filter(|&i| got[i].to_bits() != want[i].to_bits())
+        .map(|i| (i, got[i], want[i]))
+        .collect();
+    (bad.len(), bad.into_iter().take(6).collect())
+}
+
 #[test]
 fn attention_with_gqa_and_window() {
     let Some((dev, mut rng)) = device() else {
@@ -621,7 +675,7 @@ fn attention_with_gqa_and_window() {
             &dev,
             &mut out,
             &dev.upload(&q).unwrap(),
-            &kv,
+            &mut kv,
             &dpos,
             AttentionParams {
                 n_heads,
@@ -631,34 +685,8 @@ fn attention_with_gqa_and_window() {
             },
         )
         .unwrap();
-        let r16 = |x: f32| half::f16::from_f32(x).to_f32() as f64;
-        let mut want = vec![0f32; q.len()];
-        for p in 0..n {
-            for h in 0..n_heads {
-                let kvh = h / (n_heads / n_kv);
-                let first = window.map_or(0, |w| (p + 1).saturating_sub(w));
-                let qh = &q[(p * n_heads + h) * hd..][..hd];
-                let s: Vec<f64> = (first..=p)
-                    .map(|t| {
-                        (0..hd)
-                            .map(|d| r16(qh[d]) * r16(k[(t * n_kv + kvh) * hd + d]))
-                            .sum::<f64>()
-                            * scale as f64
-                    })
-                    .collect();
-                let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let e: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
-                let z: f64 = e.iter().sum();
-                // The reference rounds the query and the probabilities to f16.
-                let probs: Vec<f64> = e.iter().map(|w| r16((w / z) as f32)).collect();
-                for d in 0..hd {
-                    want[(p * n_heads + h) * hd + d] = (first..=p)
-                        .zip(&probs)
-                        .map(|(t, w)| w * r16(v[(t * n_kv + kvh) * hd + d]))
-                        .sum::<f64>() as f32;
-                }
-            }
-        }
+        let all: Vec<usize> = (0..n).collect();
+        let want = attention_reference(&q, (&k, &v), &all, (n_heads, n_kv, hd), scale, window);
         let e = nmse(&dev.download(&out).unwrap(), &want);
         // Both round probabilities to f16; a probability next to an f16 rounding boundary may
         // land on the other side (ggml's exp vs f64 exp), a 2^-11 relative step.
@@ -666,17 +694,158 @@ fn attention_with_gqa_and_window() {
     }
 }
 
+/// The decode path of `ops::attention` (at most `DECODE_ROWS` query rows; split over spans whose
+/// length follows the capacity; launch independent of the position) against the single-block
+/// kernel, bit for bit (only the grouping of f64 additions differs), and against the CPU
+/// reference. Capacities giving the shortest span (16), a middle one (64) and the longest (256);
+/// long contexts on caches whose pages are in reverse order, GQA and no GQA, a head dimension
+/// that is not a multiple of 32 (and the largest, 256), windows starting mid-span and mid-group,
+/// rows at different positions (span boundaries, position 0, the last position of the cache),
+/// and one cache reused across row counts and positions (its scratch grows, then serves a
+/// shorter context; its last-block tickets must come back to zero after every launch).
+#[test]
+fn decode_attention_matches_single_block_and_cpu() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    // (capacity, positions stored): 700 and 3100 cut their last span short.
+    let caches = [(700usize, 700usize), (3100, 3000), (20_000, 3000)];
+    let mut spans = Vec::new();
+    let cases: [&[usize]; 11] = [
+        &[999],
+        &[2999],
+        &[2999, 137],
+        &[127, 128],
+        &[0, 1, 2, 3],
+        &[1000, 1001, 2998],
+        &[5],
+        &[15, 16, 17, 31],
+        &[699],
+        &[255, 256, 257, 64],
+        &[47, 48],
+    ];
+    let heads: [(usize, usize, usize); 4] = [(14, 2, 64), (8, 8, 128), (12, 4, 80), (4, 1, 256)];
+    for (cap, n) in caches {
+        for (n_heads, n_kv, hd) in heads {
+            let k = rng.vec(n * n_kv * hd, 1.0);
+            let v = rng.vec(n * n_kv * hd, 1.0);
+            let pages = cap.div_ceil(ops::KV_PAGE);
+            let reversed: Vec<usize> = (0..pages).map(|i| pages + 4 - i).collect();
+            let mut kv = DeviceKv::with_pages(&dev, n_kv, hd, cap, pages + 5, &reversed).unwrap();
+            if !spans.contains(&kv.decode_span()) {
+                spans.push(kv.decode_span());
+            }
+            let all: Vec<i32> = (0..n as i32).collect();
+            ops::kv_store(
+                &dev,
+                &mut kv,
+                &dev.upload(&k).unwrap(),
+                &dev.upload(&v).unwrap(),
+                &dev.upload(&all).unwrap(),
+            )
+            .unwrap();
+            let scale = 1.0 / (hd as f32).sqrt();
+            for window in [None, Some(500), Some(131), Some(1)] {
+                for &positions in cases.iter().filter(|c| c.iter().all(|&p| p < n)) {
+                    assert!(positions.len() <= ops::DECODE_ROWS);
+                    let rows = positions.len();
+                    let q = rng.vec(rows * n_heads * hd, 3.0);
+                    let dq = dev.upload(&q).unwrap();
+                    let pos32: Vec<i32> = positions.iter().map(|&p| p as i32).collect();
+                    let dpos = dev.upload(&pos32).unwrap();
+                    let params = AttentionParams {
+                        n_heads,
+                        scale,
+                        window,
+                        max_pos: *positions.iter().max().unwrap(),
+                    };
+                    let mut out = poisoned(&dev, q.len());
+                    ops::attention(&dev, &mut out, &dq, &mut kv, &dpos, params).unwrap();
+                    let got = dev.download(&out).unwrap();
+                    let mut single = poisoned(&dev, q.len());
+                    ops::attention_single_block(&dev, &mut single, &dq, &kv, &dpos, params)
+                        .unwrap();
+                    let single = dev.download(&single).unwrap();
+                    let what = format!(
+                        "capacity {cap} (span {}) heads {n_heads}/{n_kv} hd {hd} window \
+                         {window:?} positions {positions:?}",
+                        kv.decode_span()
+                    );
+                    let (bad, first) = attention_bit_mismatches(&got, &single);
+                    assert!(
+                        bad == 0,
+                        "{what}: {bad} of {} outputs differ from the single-block kernel \
+                         (index, decode, single block): {first:?}",
+                        got.len()
+                    );
+                    let want = attention_reference(
+                        &q,
+                        (&k, &v),
+                        positions,
+                        (n_heads, n_kv, hd),
+                        scale,
+                        window,
+                    );
+                    let e = nmse(&got, &want);
+                    assert!(e < 1e-8, "{what}: nmse {e:e} against the CPU reference");
+                }
+            }
+            eprintln!(
+                "decode attention capacity {cap} (span {}) heads {n_heads}/{n_kv} hd {hd}: \
+                 bit-equal to the single block",
+                kv.decode_span()
+            );
+        }
+    }
+    assert_eq!(
+        spans,
+        [16, 64, 256],
+        "the capacities no longer cover the span range"
+    );
+}
+
 #[test]
 fn argmax_picks_lowest_index_of_maximum() {
     let Some((dev, mut rng)) = device() else {
         return;
     };
+    // Ties inside one block's slice and across blocks (slices of 2048+), NaN never chosen,
+    // all -inf or NaN gives 0, like the CPU's `synaptix_sample::argmax`; repeated launches
+    // reuse the block counter.
+    let cpu = |x: &[f32]| {
+        let (mut best, mut best_v) = (0usize, f32::NEG_INFINITY);
+        for (i, &v) in x.iter().enumerate() {
+            if v > best_v {
+                best = i;
+                best_v = v;
+            }
+        }
+        best as i32
+    };
+    let mut cases: Vec<Vec<f32>> = Vec::new();
     let mut x = rng.vec(151_936, 10.0);
     x[7] = 50.0;
     x[90_000] = 50.0;
-    let mut out = dev.upload(&[-1i32]).unwrap();
-    ops::argmax(&dev, &dev.upload(&x).unwrap(), &mut out).unwrap();
-    assert_eq!(dev.download(&out).unwrap(), vec![7]);
+    cases.push(x);
+    let mut x = rng.vec(262_144, 1.0);
+    x[200_001] = f32::NAN;
+    x[150_000] = 9.0;
+    x[150_001] = 9.0;
+    x[262_143] = 9.0;
+    cases.push(x);
+    cases.push(vec![f32::NEG_INFINITY; 5000]);
+    cases.push(vec![f32::NAN; 3000]);
+    let mut x = vec![1.0f32; 10_000];
+    x[0] = f32::NAN;
+    cases.push(x);
+    cases.push(rng.vec(100, 1.0));
+    for _round in 0..3 {
+        for x in &cases {
+            let mut out = dev.upload(&[-1i32]).unwrap();
+            ops::argmax(&dev, &dev.upload(x).unwrap(), &mut out).unwrap();
+            assert_eq!(dev.download(&out).unwrap(), vec![cpu(x)], "n = {}", x.len());
+        }
+    }
 }
 
 #[test]
@@ -724,10 +893,143 @@ fn paged_kv_cache_gives_the_same_attention_for_any_page_order() {
             window: Some(20),
             max_pos: n - 1,
         };
-        ops::attention(&dev, &mut out, &dq, &kv, &dpos, params).unwrap();
-        results.push(dev.download(&out).unwrap());
+        ops::attention(&dev, &mut out, &dq, &mut kv, &dpos, params).unwrap();
+        let prefill = dev.download(&out).unwrap();
+        // The last two rows again through the decode path (two query rows): the same values.
+        let width = n_heads * hd;
+        let dq2 = dev.upload(&q[(n - 2) * width..]).unwrap();
+        let dpos2 = dev.upload(&positions[n - 2..]).unwrap();
+        let mut out2 = poisoned(&dev, 2 * width);
+        ops::attention(&dev, &mut out2, &dq2, &mut kv, &dpos2, params).unwrap();
+        let decode = dev.download(&out2).unwrap();
+        let (bad, first) = attention_bit_mismatches(&decode, &prefill[(n - 2) * width..]);
+        assert!(
+            bad == 0,
+            "decode rows differ from the prefill rows (index, decode, prefill): {first:?}"
+        );
+        results.push(prefill);
     }
     assert!(results[0].iter().all(|v| v.is_finite()));
     assert_eq!(results[0], results[1], "page order changed the result");
     assert!(DeviceKv::with_pages(&dev, n_kv, hd, cap, 2, &scattered).is_err());
+}
+
+/// The fused epilogue (`+ bias`, then `+ residual`) gives bit for bit what the CPU's matmul
+/// followed by its separate additions gives, for quantized and float weights.
+#[test]
+fn matvec_epilogue_adds_bias_then_residual_like_the_cpu() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let (rows, cols) = (300, 512);
+    for dtype in [DType::Q4_0, DType::Q8_0, DType::Q4K, DType::Q6K, DType::F16] {
+        let bytes = random_weights(&mut rng, dtype, rows, cols);
+        let dm = DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap();
+        for m in [1, 3, 9] {
+            let x = activations(&mut rng, m, cols);
+            let bias = rng.vec(rows, 1.0);
+            let residual = rng.vec(m * rows, 4.0);
+            let product = cpu_matmul(dtype, &bytes, rows, cols, &x, m);
+            let (db, dr, dx) = (
+                dev.upload(&bias).unwrap(),
+                dev.upload(&residual).unwrap(),
+                dev.upload(&x).unwrap(),
+            );
+            for (with_bias, with_residual) in [(true, false), (false, true), (true, true)] {
+                let want: Vec<f32> = product
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &p)| {
+                        let v = if with_bias { p + bias[i % rows] } else { p };
+                        if with_residual {
+                            residual[i] + v
+                        } else {
+                            v
+                        }
+                    })
+                    .collect();
+                let epi = ops::Epilogue {
+                    bias: with_bias.then_some(&db),
+                    residual: with_residual.then_some(&dr),
+                };
+                let mut y = poisoned(&dev, m * rows);
+                ops::matvec_with(&dev, &mut y, &dm, &dx, epi).unwrap();
+                let got = dev.download(&y).unwrap();
+                let (n, first) = bit_mismatches(&got, &want, rows);
+                assert!(
+                    n == 0,
+                    "{dtype} m={m} bias {with_bias} residual {with_residual}: {n} outputs differ:\n  {first}"
+                );
+            }
+        }
+    }
+    // A bias or residual of the wrong length is an error, not a launch.
+    let dm = DeviceMatrix::upload(&dev, DType::F16, 4, 32, &[0u8; 4 * 32 * 2]).unwrap();
+    let (x, short) = (
+        dev.upload(&[0f32; 32]).unwrap(),
+        dev.upload(&[0f32; 3]).unwrap(),
+    );
+    let mut y = poisoned(&dev, 4);
+    let epi = ops::Epilogue {
+        bias: Some(&short),
+        residual: None,
+    };
+    assert!(ops::matvec_with(&dev, &mut y, &dm, &x, epi).is_err());
+}
+
+/// `rope_qk` (queries and keys in one launch, optional query scale) gives bit for bit what two
+/// `rope` launches and a `scale` give.
+#[test]
+fn rope_qk_matches_separate_rotations_and_scale() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let (rows, n_q, n_k, head_dim) = (5, 4, 2, 64);
+    for (neox, n_rot, q_scale) in [
+        (false, 64, None),
+        (true, 64, Some(0.125f32)),
+        (true, 48, None),
+        (false, 64, Some(0.3)),
+    ] {
+        let p = RopeParams {
+            n_heads: n_q,
+            head_dim,
+            n_rot,
+            neox,
+        };
+        let q = rng.vec(rows * n_q * head_dim, 1.0);
+        let k = rng.vec(rows * n_k * head_dim, 1.0);
+        let table = dev.upload(&rng.vec(rows * n_rot, 1.0)).unwrap();
+        let (mut dq, mut dk) = (dev.upload(&q).unwrap(), dev.upload(&k).unwrap());
+        ops::rope_qk(&dev, &mut dq, &mut dk, &table, p, n_k, q_scale).unwrap();
+        let (mut wq, mut wk) = (dev.upload(&q).unwrap(), dev.upload(&k).unwrap());
+        ops::rope(&dev, &mut wq, &table, p).unwrap();
+        let kp = RopeParams { n_heads: n_k, ..p };
+        ops::rope(&dev, &mut wk, &table, kp).unwrap();
+        if let Some(s) = q_scale {
+            ops::scale(&dev, &mut wq, s).unwrap();
+        }
+        let bits = |b: &DeviceBuffer<f32>| -> Vec<u32> {
+            dev.download(b)
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect()
+        };
+        assert_eq!(bits(&dq), bits(&wq), "queries neox={neox} n_rot={n_rot}");
+        assert_eq!(bits(&dk), bits(&wk), "keys neox={neox} n_rot={n_rot}");
+    }
+    // A query scale with a partial rotation would leave elements unscaled: refused.
+    let p = RopeParams {
+        n_heads: 1,
+        head_dim: 64,
+        n_rot: 32,
+        neox: false,
+    };
+    let (mut q, mut k) = (
+        dev.upload(&[0f32; 64]).unwrap(),
+        dev.upload(&[0f32; 64]).unwrap(),
+    );
+    let table = dev.upload(&[0f32; 32]).unwrap();
+    assert!(ops::rope_qk(&dev, &mut q, &mut k, &table, p, 1, Some(0.5)).is_err());
 }

@@ -1,7 +1,11 @@
 //! What every decoder-only model shares around its blocks: the token embedding, the final
 //! norm and the output head (tied to the embedding when the file has no `output.weight`).
 
-use synaptix_nn::{record, Backend, Embedding, KvCache, Linear, RmsNorm, Tap, VarBuilder};
+use synaptix_nn::{
+    record, Backend, DecodeStep, Embedding, KvCache, Linear, RmsNorm, Tap, VarBuilder,
+};
+
+use synaptix_sample::DevicePick;
 
 use crate::{next_positions, HParams, Logits, Result};
 
@@ -94,19 +98,15 @@ impl<B: Backend, L: Layers<B>> Decoder<B, L> {
     fn logits(
         &self,
         tokens: &[u32],
-        cache: &mut dyn crate::Cache,
+        cache: &mut KvCache<B>,
         logits: Logits,
         tap: &mut dyn Tap,
     ) -> Result<B::Tensor> {
         let (be, layers) = (&self.be, &self.layers);
-        self.trunk.run(
-            be,
-            tokens,
-            crate::own_cache::<B>(cache)?,
-            logits,
-            tap,
-            |il, x, pos, kv, tap| layers.forward(be, il, x, pos, kv, tap),
-        )
+        self.trunk
+            .run(be, tokens, cache, logits, tap, |il, x, pos, kv, tap| {
+                layers.forward(be, il, x, pos, kv, tap)
+            })
     }
 }
 
@@ -134,12 +134,47 @@ impl<B: Backend, L: Layers<B>> crate::CausalLm for Decoder<B, L> {
         logits: Logits,
         tap: &mut dyn Tap,
     ) -> Result<Vec<f32>> {
-        let out = self.logits(tokens, cache, logits, tap)?;
+        let out = self.logits(tokens, crate::own_cache::<B>(cache)?, logits, tap)?;
         Ok(self.be.to_host(&out)?)
     }
 
-    fn forward_greedy(&self, tokens: &[u32], cache: &mut dyn crate::Cache) -> Result<u32> {
-        let out = self.logits(tokens, cache, Logits::Last, &mut synaptix_nn::NoTap)?;
-        Ok(self.be.argmax(&out)?)
+    fn forward_pick(
+        &self,
+        tokens: &[u32],
+        cache: &mut dyn crate::Cache,
+        pick: &DevicePick,
+    ) -> Result<Vec<(u32, f32)>> {
+        let kv = crate::own_cache::<B>(cache)?;
+        let [token] = *tokens else {
+            let out = self.logits(tokens, kv, Logits::Last, &mut synaptix_nn::NoTap)?;
+            return Ok(self.be.pick(out, pick)?);
+        };
+        // One token: the backend may replay a recording of this step instead of running it.
+        let len = kv.len;
+        let key = DecodeStep {
+            cache_id: kv.id,
+            token,
+            position: len,
+        };
+        let mut failure = None;
+        let picked = self.be.decode_step(key, pick, &mut || {
+            kv.len = len;
+            let out = self
+                .logits(tokens, kv, Logits::Last, &mut synaptix_nn::NoTap)
+                .map_err(|e| {
+                    let message = e.to_string();
+                    failure = Some(e);
+                    synaptix_nn::NnError::Step(message)
+                })?;
+            self.be.pick(out, pick)
+        });
+        match (picked, failure) {
+            (Ok(t), _) => {
+                kv.len = len + 1;
+                Ok(t)
+            }
+            (Err(_), Some(model_error)) => Err(model_error),
+            (Err(e), None) => Err(e.into()),
+        }
     }
 }

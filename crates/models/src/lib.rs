@@ -17,6 +17,7 @@ pub mod qwen3;
 
 use std::any::Any;
 use std::sync::Arc;
+use synaptix_sample::DevicePick;
 
 pub use decoder::{Decoder, Layers, Trunk};
 pub use hparams::HParams;
@@ -117,9 +118,21 @@ pub trait CausalLm: Send + Sync {
         tap: &mut dyn Tap,
     ) -> Result<Vec<f32>>;
 
+    /// Runs `tokens` and does `pick` on the last logits on the model's device, so that only
+    /// the chosen id (greedy) or the top-k candidates cross to the host.
+    fn forward_pick(
+        &self,
+        tokens: &[u32],
+        cache: &mut dyn Cache,
+        pick: &DevicePick,
+    ) -> Result<Vec<(u32, f32)>>;
+
     /// Runs `tokens` and returns the most likely next token (lowest id on ties), chosen on the
     /// model's device so that only the id crosses to the host.
-    fn forward_greedy(&self, tokens: &[u32], cache: &mut dyn Cache) -> Result<u32>;
+    fn forward_greedy(&self, tokens: &[u32], cache: &mut dyn Cache) -> Result<u32> {
+        let picked = self.forward_pick(tokens, cache, &DevicePick::GREEDY)?;
+        picked.first().map(|c| c.0).ok_or(ModelError::EmptyInput)
+    }
 }
 
 /// Loads the model a GGUF file describes onto the CPU.

@@ -1,9 +1,9 @@
 //! The CUDA backend against the CPU backend on the same files: logits after the prompt and at
 //! each of 64 greedy decode steps (the CPU's tokens feed both) within a normalised MSE of 1e-3
-//! (1e-2 for the tiny fixtures, whose random low-bit blocks magnify the difference between the
-//! CPU's 8-bit activations and the GPU's f32 ones), and the real Gemma 3 270M's greedy tokens
-//! against llama.cpp's goldens. Skips with a visible
-//! message where no GPU is present. `SYNAPTIX_CUDA_PARITY_MODELS` (paths separated by `:`) adds
+//! (1e-2 for the tiny fixtures, whose random low-bit blocks magnify any difference); decode
+//! steps replayed from CUDA graphs against the same steps run eagerly; and the real Gemma 3
+//! 270M's greedy tokens (decoded through graphs, as `synaptix run` does) against llama.cpp's
+//! goldens. Skips with a visible message where no GPU is present. `SYNAPTIX_CUDA_PARITY_MODELS` (paths separated by `:`) adds
 //! more files, such as `synth_gguf.py`'s random-weight Qwen2.5 models.
 
 use std::path::PathBuf;
@@ -100,6 +100,155 @@ fn synthetic_models_cuda_matches_cpu() {
     assert!(failures.is_empty(), "CUDA vs CPU logits: {failures:?}");
 }
 
+/// Greedy decode steps on the GPU through `forward_greedy` (recorded once as a CUDA graph, then
+/// replayed) pick the same tokens as eager steps that return logits, over `DECODE_STEPS` steps
+/// and past several KV pages; then a second cache on the same model does too (its own graph).
+#[test]
+fn recorded_decode_steps_match_eager_steps() {
+    if !gpu() {
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/synthetic");
+    let mut paths: Vec<PathBuf> = ["llama-tiny.gguf", "qwen3-tiny.gguf"]
+        .iter()
+        .map(|f| dir.join(f))
+        .collect();
+    if let Some(extra) = std::env::var_os("SYNAPTIX_CUDA_PARITY_MODELS") {
+        paths.extend(std::env::split_paths(&extra));
+    }
+    for path in &paths {
+        let model = load(path, Device::Cuda(0));
+        for (round, prompt_len) in [(0, 11usize), (1, 5)] {
+            let prompt: Vec<u32> = (0..prompt_len)
+                .map(|i| (i * 53 % 240 + 5 + round) as u32)
+                .collect();
+            let n_ctx = prompt.len() + DECODE_STEPS + 1;
+            let mut eager_cache = model.new_cache(n_ctx).unwrap();
+            let mut logits = model
+                .forward(&prompt, eager_cache.as_mut(), Logits::Last, &mut NoTap)
+                .unwrap();
+            let mut eager = vec![synaptix_sample::argmax(&logits)];
+            for _ in 0..DECODE_STEPS {
+                logits = model
+                    .forward(
+                        &[*eager.last().unwrap()],
+                        eager_cache.as_mut(),
+                        Logits::Last,
+                        &mut NoTap,
+                    )
+                    .unwrap();
+                eager.push(synaptix_sample::argmax(&logits));
+            }
+            let mut cache = model.new_cache(n_ctx).unwrap();
+            let mut replayed = vec![model.forward_greedy(&prompt, cache.as_mut()).unwrap()];
+            for _ in 0..DECODE_STEPS {
+                let last = *replayed.last().unwrap();
+                replayed.push(model.forward_greedy(&[last], cache.as_mut()).unwrap());
+            }
+            assert_eq!(cache.len(), eager_cache.len());
+            assert_eq!(
+                replayed,
+                eager,
+                "{} (round {round}): replayed decode steps pick other tokens",
+                path.display()
+            );
+        }
+        eprintln!(
+            "{}: replayed decode steps identical to eager ones",
+            path.display()
+        );
+    }
+}
+
+/// Sampling with the device's part on the GPU (penalties and top-k, recorded and replayed as
+/// CUDA graphs) hands the host the same candidates as the CPU backend, step after step, so the
+/// sampler draws the same tokens; greedy decoding with penalties likewise.
+#[test]
+fn device_picks_match_cpu_picks() {
+    if !gpu() {
+        return;
+    }
+    use synaptix_sample::{Sampler, SamplerConfig};
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/synthetic");
+    let mut paths = vec![dir.join("qwen3-tiny.gguf"), dir.join("llama-tiny.gguf")];
+    if let Some(extra) = std::env::var_os("SYNAPTIX_CUDA_PARITY_MODELS") {
+        paths.extend(std::env::split_paths(&extra));
+    }
+    let configs = [
+        SamplerConfig {
+            temperature: 0.9,
+            top_k: 40,
+            top_p: 0.95,
+            repeat_penalty: 1.3,
+            frequency_penalty: 0.1,
+            presence_penalty: 0.2,
+            seed: 11,
+            ..Default::default()
+        },
+        SamplerConfig {
+            repeat_penalty: 1.5,
+            ..Default::default()
+        },
+        SamplerConfig {
+            temperature: 0.7,
+            top_k: 256,
+            seed: 5,
+            ..Default::default()
+        },
+    ];
+    for path in &paths {
+        let (cpu, gpu) = (load(path, Device::Cpu), load(path, Device::Cuda(0)));
+        for config in &configs {
+            let prompt: Vec<u32> = (0..9).map(|i| (i * 29 % 200 + 7) as u32).collect();
+            let mut sampler = Sampler::new(config.clone()).unwrap();
+            for &t in &prompt {
+                sampler.accept(t);
+            }
+            let n_ctx = prompt.len() + 40;
+            let (mut cc, mut gc) = (cpu.new_cache(n_ctx).unwrap(), gpu.new_cache(n_ctx).unwrap());
+            let mut tokens = prompt.clone();
+            for step in 0..32 {
+                let pick = sampler
+                    .device_pick()
+                    .expect("these settings run on the device");
+                let feed = if step == 0 {
+                    &prompt[..]
+                } else {
+                    &tokens[tokens.len() - 1..]
+                };
+                let want = cpu.forward_pick(feed, cc.as_mut(), &pick).unwrap();
+                let got = gpu.forward_pick(feed, gc.as_mut(), &pick).unwrap();
+                let bits = |c: &[(u32, f32)]| -> Vec<(u32, u32)> {
+                    c.iter().map(|&(i, v)| (i, v.to_bits())).collect()
+                };
+                if pick.top_k == 0 {
+                    assert_eq!(
+                        got[0].0,
+                        want[0].0,
+                        "{} {config:?} step {step}",
+                        path.display()
+                    );
+                } else {
+                    assert_eq!(
+                        bits(&got),
+                        bits(&want),
+                        "{} {config:?} step {step}",
+                        path.display()
+                    );
+                }
+                let t = if pick.top_k == 0 {
+                    want[0].0
+                } else {
+                    sampler.pick(want).unwrap()
+                };
+                sampler.accept(t);
+                tokens.push(t);
+            }
+        }
+        eprintln!("{}: device picks identical to the CPU's", path.display());
+    }
+}
+
 #[test]
 fn gemma_cuda_greedy_tokens_match_llama_cpp() {
     if !gpu() {
@@ -126,19 +275,13 @@ fn gemma_cuda_greedy_tokens_match_llama_cpp() {
     let prompts = golden["prompts"].as_array().unwrap();
     for p in prompts {
         let (prompt, want) = (ids(&p["prompt_ids"]), ids(&p["generated"]));
+        // Greedy decoding on the device, as generation does: steps after the first are
+        // replayed from a recorded CUDA graph.
         let mut cache = model.new_cache(512).unwrap();
-        let mut logits = model
-            .forward(&prompt, cache.as_mut(), Logits::Last, &mut NoTap)
-            .unwrap();
-        let mut got = Vec::new();
+        let mut got = vec![model.forward_greedy(&prompt, cache.as_mut()).unwrap()];
         while got.len() < want.len() {
-            let t = synaptix_sample::argmax(&logits);
-            got.push(t);
-            if got.len() < want.len() {
-                logits = model
-                    .forward(&[t], cache.as_mut(), Logits::Last, &mut NoTap)
-                    .unwrap();
-            }
+            let last = *got.last().unwrap();
+            got.push(model.forward_greedy(&[last], cache.as_mut()).unwrap());
         }
         let same = got == want;
         identical += usize::from(same);

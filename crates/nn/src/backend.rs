@@ -5,6 +5,8 @@
 //! ([`crate::CudaBackend`]) runs the kernels of `kernels/`. A new op touches this trait and one
 //! function per backend.
 
+use synaptix_sample::DevicePick;
+
 use crate::{Activation, AttentionSpec, Result, Rope, Weight};
 
 pub trait Backend: Send + Sync + 'static {
@@ -39,6 +41,25 @@ pub trait Backend: Send + Sync + 'static {
         w: &Self::Matrix,
         bias: Option<&Self::Vector>,
     ) -> Result<Self::Tensor>;
+    /// `x · Wᵢᵀ (+ biasᵢ)` for several weights of one input (QKV, gate and up): a backend may
+    /// prepare `x` once for all of them.
+    fn linear_many(
+        &self,
+        x: &Self::Tensor,
+        ws: &[(&Self::Matrix, Option<&Self::Vector>)],
+    ) -> Result<Vec<Self::Tensor>> {
+        ws.iter().map(|(w, b)| self.linear(x, w, *b)).collect()
+    }
+    /// `residual += x · Wᵀ`, which a backend may fuse into the product's last step.
+    fn linear_add(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Matrix,
+        residual: &mut Self::Tensor,
+    ) -> Result<()> {
+        let y = self.linear(x, w, None)?;
+        self.add(residual, &y)
+    }
     /// RMSNorm of every `w.len()`-long piece of each row (whole rows, or attention heads).
     fn rms_norm(&self, x: &Self::Tensor, w: &Self::Vector, eps: f32) -> Result<Self::Tensor>;
     /// Rotates `x: [rows, n_heads * head_dim]` in place.
@@ -50,6 +71,24 @@ pub trait Backend: Send + Sync + 'static {
         head_dim: usize,
         pos: &Self::Positions,
     ) -> Result<()>;
+    /// Rotates a layer's queries and keys, then scales the queries by `q_scale` if given.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_qk(
+        &self,
+        q: &mut Self::Tensor,
+        k: &mut Self::Tensor,
+        rope: &Rope,
+        (n_heads, n_kv_heads, head_dim): (usize, usize, usize),
+        pos: &Self::Positions,
+        q_scale: Option<f32>,
+    ) -> Result<()> {
+        self.rope(q, rope, n_heads, head_dim, pos)?;
+        self.rope(k, rope, n_kv_heads, head_dim, pos)?;
+        if let Some(s) = q_scale {
+            self.scale(q, s)?;
+        }
+        Ok(())
+    }
     fn scale(&self, x: &mut Self::Tensor, s: f32) -> Result<()>;
     /// `x += y`.
     fn add(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()>;
@@ -71,4 +110,38 @@ pub trait Backend: Send + Sync + 'static {
     fn softcap(&self, x: &mut Self::Tensor, cap: f32) -> Result<()>;
     /// Index of the largest value of the last row (lowest index on ties).
     fn argmax(&self, x: &Self::Tensor) -> Result<u32>;
+
+    /// The device's part of choosing the next token from the last row of `logits` (which it
+    /// may modify): penalties, then the arg-max or the top-k candidates (see [`DevicePick`]).
+    fn pick(&self, logits: Self::Tensor, pick: &DevicePick) -> Result<Vec<(u32, f32)>> {
+        let (rows, cols) = self.shape(&logits);
+        let all = self.to_host(&logits)?;
+        let mut last = all[rows.saturating_sub(1) * cols..].to_vec();
+        Ok(pick.on_host(&mut last))
+    }
+
+    /// Runs `step`, one decode step of a single token ending in a [`Backend::pick`], and returns
+    /// what it picked. A backend may record the work `step` launches and replay the recording
+    /// for later steps of the same cache and pick settings instead of calling `step` again
+    /// (CUDA graphs): `step` must then launch the same work whatever the token, position and
+    /// penalty counts, which the backend feeds from `key` and `pick`. `step` may run more than
+    /// once for one call; it must reset its host state first.
+    fn decode_step(
+        &self,
+        key: DecodeStep,
+        pick: &DevicePick,
+        step: &mut dyn FnMut() -> Result<Vec<(u32, f32)>>,
+    ) -> Result<Vec<(u32, f32)>> {
+        let _ = (key, pick);
+        step()
+    }
+}
+
+/// What identifies one single-token decode step for [`Backend::decode_step`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeStep {
+    /// [`crate::KvCache::id`] of the cache the step extends.
+    pub cache_id: u64,
+    pub token: u32,
+    pub position: usize,
 }

@@ -22,14 +22,27 @@ impl<B: Backend> PreNormBlock<B> {
     ) -> Result<()> {
         let h = self.attn_norm.forward(be, x)?;
         record(be, tap, name, "attn_norm", &h)?;
-        let attn = self.attn.forward(be, &h, pos, kv, name, tap)?;
-        be.add(x, &attn)?;
+        // The output projections add into the residual stream in one step, unless a tap wants
+        // what they produce on its own.
+        let attn = self.attn.attend(be, &h, pos, kv, name, tap)?;
+        if tap.wants(&format!("{name}.attn_out")) {
+            let out = self.attn.o.forward(be, &attn)?;
+            record(be, tap, name, "attn_out", &out)?;
+            be.add(x, &out)?;
+        } else {
+            self.attn.o.forward_add(be, &attn, x)?;
+        }
         record(be, tap, name, "ffn_inp", x)?;
         let h = self.ffn_norm.forward(be, x)?;
         record(be, tap, name, "ffn_norm", &h)?;
-        let ffn = self.mlp.forward(be, &h, name, tap)?;
-        record(be, tap, name, "ffn_out", &ffn)?;
-        be.add(x, &ffn)?;
+        let act = self.mlp.activate(be, &h, name, tap)?;
+        if tap.wants(&format!("{name}.ffn_out")) {
+            let ffn = self.mlp.down.forward(be, &act)?;
+            record(be, tap, name, "ffn_out", &ffn)?;
+            be.add(x, &ffn)?;
+        } else {
+            self.mlp.down.forward_add(be, &act, x)?;
+        }
         record(be, tap, name, "l_out", x)
     }
 }

@@ -3,10 +3,15 @@
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-use synaptix_kernels_cuda::ops::{self, AttentionParams, DeviceKv, DeviceMatrix, Glu, RopeParams};
-use synaptix_kernels_cuda::{CudaDevice, DeviceBuffer};
+use synaptix_core::DType;
+use synaptix_kernels_cuda::ops::{
+    self, AttentionParams, DeviceActs, DeviceKv, DeviceMatrix, Epilogue, Glu, RopeParams,
+};
+use synaptix_kernels_cuda::{sample, CudaDevice, DeviceBuffer};
+use synaptix_sample::DevicePick;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, DecodeStep};
+use crate::cuda_replay::{penalty_pairs, read_pick, rope_table, PickBuffers, Replay};
 use crate::linear::executable;
 use crate::{Activation, AttentionSpec, NnError, Result, Rope, RopeStyle, Weight};
 
@@ -20,7 +25,7 @@ pub struct CudaTensor {
 /// Positions of one step: on the GPU for the kernels, on the host for bookkeeping, plus the
 /// RoPE (cos, sin) tables of this step, computed once per RoPE configuration.
 pub struct CudaPositions {
-    pub dev: DeviceBuffer<i32>,
+    pub dev: Arc<DeviceBuffer<i32>>,
     pub host: Vec<usize>,
     rope_tables: Mutex<Vec<(RopeKey, Arc<DeviceBuffer<f32>>)>>,
 }
@@ -53,6 +58,8 @@ pub struct CudaBackend {
     pub device: Arc<CudaDevice>,
     /// ggml's f16 GELU table, uploaded on first use.
     gelu_table: Arc<OnceLock<DeviceBuffer<u16>>>,
+    /// Recorded decode steps (CUDA graphs).
+    replay: Arc<Replay>,
 }
 
 impl CudaBackend {
@@ -61,6 +68,7 @@ impl CudaBackend {
         Ok(CudaBackend {
             device: Arc::new(CudaDevice::new(ordinal)?),
             gelu_table: Arc::new(OnceLock::new()),
+            replay: Arc::new(Replay::default()),
         })
     }
 
@@ -79,6 +87,7 @@ impl CudaBackend {
     /// The step's (cos, sin) table for `rope`: angles from the CPU code, so both backends
     /// rotate by identical values.
     fn rope_table(&self, rope: &Rope, pos: &CudaPositions) -> Result<Arc<DeviceBuffer<f32>>> {
+        self.replay.note_rope(rope);
         let key = RopeKey::of(rope);
         let mut tables = pos
             .rope_tables
@@ -87,17 +96,14 @@ impl CudaBackend {
         if let Some((_, t)) = tables.iter().find(|(k, _)| *k == key) {
             return Ok(t.clone());
         }
-        let half = rope.n_rot / 2;
-        let (mut cos, mut sin) = (vec![0f32; half], vec![0f32; half]);
-        let mut table = Vec::with_capacity(pos.host.len() * half * 2);
-        for &p in &pos.host {
-            rope.angles(p, &mut cos, &mut sin);
-            for (c, s) in cos.iter().zip(&sin) {
-                table.push(*c);
-                table.push(*s);
-            }
+        if self.replay.recording().is_some() {
+            // Uploads cannot be recorded; the survey step should have noted this configuration.
+            return Err(mismatch(
+                "rope",
+                "configuration not seen before recording".into(),
+            ));
         }
-        let t = Arc::new(self.device.upload(&table)?);
+        let t = Arc::new(self.device.upload(&rope_table(rope, &pos.host))?);
         tables.push((key, t.clone()));
         Ok(t)
     }
@@ -155,12 +161,30 @@ impl Backend for CudaBackend {
     }
 
     fn positions(&self, positions: &[usize]) -> Result<CudaPositions> {
+        if let Some(inputs) = self.replay.recording() {
+            if positions.len() != 1 {
+                return Err(mismatch(
+                    "positions",
+                    "a recorded step has one token".into(),
+                ));
+            }
+            let tables = inputs
+                .ropes
+                .iter()
+                .map(|(r, t)| (RopeKey::of(r), t.clone()))
+                .collect();
+            return Ok(CudaPositions {
+                dev: inputs.pos.clone(),
+                host: positions.to_vec(),
+                rope_tables: Mutex::new(tables),
+            });
+        }
         let as_i32: Vec<i32> = positions
             .iter()
             .map(|&p| i32::try_from(p).map_err(|_| mismatch("positions", format!("position {p}"))))
             .collect::<Result<_>>()?;
         Ok(CudaPositions {
-            dev: self.device.upload(&as_i32)?,
+            dev: Arc::new(self.device.upload(&as_i32)?),
             host: positions.to_vec(),
             rope_tables: Mutex::new(Vec::new()),
         })
@@ -175,16 +199,15 @@ impl Backend for CudaBackend {
     }
 
     fn embed(&self, table: &DeviceMatrix, ids: &[u32], scale: Option<f32>) -> Result<CudaTensor> {
-        let ids: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
         let mut out = self.tensor(ids.len(), table.cols)?;
+        let scale = scale.unwrap_or(1.0);
+        if let Some(inputs) = self.replay.recording() {
+            ops::get_rows(&self.device, &mut out.buf, table, &inputs.ids, scale)?;
+            return Ok(out);
+        }
+        let ids: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
         let dids = self.device.upload(&ids)?;
-        ops::get_rows(
-            &self.device,
-            &mut out.buf,
-            table,
-            &dids,
-            scale.unwrap_or(1.0),
-        )?;
+        ops::get_rows(&self.device, &mut out.buf, table, &dids, scale)?;
         Ok(out)
     }
 
@@ -201,11 +224,77 @@ impl Backend for CudaBackend {
             ));
         }
         let mut y = self.tensor(x.rows, w.rows)?;
-        ops::matvec(&self.device, &mut y.buf, w, &x.buf)?;
-        if let Some(b) = bias {
-            ops::add_bias(&self.device, &mut y.buf, b)?;
-        }
+        let epi = Epilogue {
+            bias,
+            residual: None,
+        };
+        ops::matvec_with(&self.device, &mut y.buf, w, &x.buf, epi)?;
         Ok(y)
+    }
+
+    fn linear_many(
+        &self,
+        x: &CudaTensor,
+        ws: &[(&DeviceMatrix, Option<&DeviceBuffer<f32>>)],
+    ) -> Result<Vec<CudaTensor>> {
+        // x quantized once per activation format the weights need.
+        let mut prepared: Vec<(DType, DeviceActs)> = Vec::new();
+        let mut out = Vec::with_capacity(ws.len());
+        for &(w, bias) in ws {
+            if x.cols != w.cols {
+                return Err(mismatch(
+                    "linear",
+                    format!("[{}, {}] weight, x has {} columns", w.rows, w.cols, x.cols),
+                ));
+            }
+            let mut y = self.tensor(x.rows, w.rows)?;
+            let epi = Epilogue {
+                bias,
+                residual: None,
+            };
+            match ops::activation_format(w.dtype) {
+                None => ops::matvec_with(&self.device, &mut y.buf, w, &x.buf, epi)?,
+                Some(format) => {
+                    let at = match prepared.iter().position(|(f, _)| *f == format) {
+                        Some(at) => at,
+                        None => {
+                            let mut acts = DeviceActs::new(&self.device, w.dtype, x.rows, x.cols)?;
+                            ops::quantize_acts(&self.device, &mut acts, &x.buf)?;
+                            prepared.push((format, acts));
+                            prepared.len() - 1
+                        }
+                    };
+                    ops::matvec_quantized_with(&self.device, &mut y.buf, w, &prepared[at].1, epi)?;
+                }
+            }
+            out.push(y);
+        }
+        Ok(out)
+    }
+
+    fn linear_add(
+        &self,
+        x: &CudaTensor,
+        w: &DeviceMatrix,
+        residual: &mut CudaTensor,
+    ) -> Result<()> {
+        if x.cols != w.cols || residual.rows != x.rows || residual.cols != w.rows {
+            return Err(mismatch(
+                "linear_add",
+                format!(
+                    "[{}, {}] weight, x [{}, {}], residual [{}, {}]",
+                    w.rows, w.cols, x.rows, x.cols, residual.rows, residual.cols
+                ),
+            ));
+        }
+        let mut y = self.tensor(x.rows, w.rows)?;
+        let epi = Epilogue {
+            bias: None,
+            residual: Some(&residual.buf),
+        };
+        ops::matvec_with(&self.device, &mut y.buf, w, &x.buf, epi)?;
+        *residual = y;
+        Ok(())
     }
 
     fn rms_norm(&self, x: &CudaTensor, w: &DeviceBuffer<f32>, eps: f32) -> Result<CudaTensor> {
@@ -230,6 +319,39 @@ impl Backend for CudaBackend {
         };
         let table = self.rope_table(rope, pos)?;
         ops::rope(&self.device, &mut x.buf, &table, params)?;
+        Ok(())
+    }
+
+    fn rope_qk(
+        &self,
+        q: &mut CudaTensor,
+        k: &mut CudaTensor,
+        rope: &Rope,
+        (n_heads, n_kv_heads, head_dim): (usize, usize, usize),
+        pos: &CudaPositions,
+        q_scale: Option<f32>,
+    ) -> Result<()> {
+        let params = RopeParams {
+            n_heads,
+            head_dim,
+            n_rot: rope.n_rot,
+            neox: rope.style == RopeStyle::Neox,
+        };
+        let table = self.rope_table(rope, pos)?;
+        // The scale rides along only where the rotation touches every query element.
+        let fused_scale = q_scale.filter(|_| rope.n_rot == head_dim);
+        ops::rope_qk(
+            &self.device,
+            &mut q.buf,
+            &mut k.buf,
+            &table,
+            params,
+            n_kv_heads,
+            fused_scale,
+        )?;
+        if let (Some(s), None) = (q_scale, fused_scale) {
+            ops::scale(&self.device, &mut q.buf, s)?;
+        }
         Ok(())
     }
 
@@ -332,6 +454,80 @@ impl Backend for CudaBackend {
         let mut out = self.device.upload(&[0i32])?;
         ops::argmax(&self.device, last.as_ref().unwrap_or(&x.buf), &mut out)?;
         Ok(self.device.download(&out)?[0] as u32)
+    }
+
+    fn pick(&self, logits: CudaTensor, pick: &DevicePick) -> Result<Vec<(u32, f32)>> {
+        let dev = &self.device;
+        let mut x = self.last_row(logits)?;
+        let recording = self.replay.recording();
+        if let Some(p) = &pick.penalties {
+            match &recording {
+                Some(inputs) => sample::apply_penalties(
+                    dev,
+                    &mut x.buf,
+                    &inputs.penalty_pairs,
+                    &inputs.penalty_count,
+                    p.repeat,
+                    p.frequency,
+                    p.presence,
+                )?,
+                None if p.counts.is_empty() => {}
+                None => {
+                    let pairs = dev.upload(&penalty_pairs(&p.counts))?;
+                    let count = dev.upload(&[p.counts.len() as i32])?;
+                    sample::apply_penalties(
+                        dev,
+                        &mut x.buf,
+                        &pairs,
+                        &count,
+                        p.repeat,
+                        p.frequency,
+                        p.presence,
+                    )?;
+                }
+            }
+        }
+        let launch = |out: &mut PickBuffers| -> Result<()> {
+            if pick.top_k == 0 {
+                ops::argmax(dev, &x.buf, &mut out.ids)?;
+            } else {
+                sample::top_k(
+                    dev,
+                    &x.buf,
+                    pick.top_k,
+                    &mut out.ids,
+                    &mut out.vals,
+                    &mut out.count,
+                )?;
+            }
+            Ok(())
+        };
+        if let Some(inputs) = recording {
+            // Read from the fixed buffers after the recording runs.
+            let mut out = inputs.out.lock().unwrap_or_else(|e| e.into_inner());
+            launch(&mut out)?;
+            return Ok(Vec::new());
+        }
+        let k = pick.top_k.max(1);
+        let mut out = PickBuffers {
+            ids: dev.zeros(k)?,
+            vals: dev.zeros(k)?,
+            count: dev.zeros(1)?,
+        };
+        launch(&mut out)?;
+        read_pick(dev, &out, pick.top_k)
+    }
+
+    fn decode_step(
+        &self,
+        key: DecodeStep,
+        pick: &DevicePick,
+        step: &mut dyn FnMut() -> Result<Vec<(u32, f32)>>,
+    ) -> Result<Vec<(u32, f32)>> {
+        if std::env::var_os("SYNAPTIX_NO_GRAPHS").is_some() {
+            return step();
+        }
+        self.replay.decode_step(&self.device, key, pick, step)
     }
 
     fn softcap(&self, x: &mut CudaTensor, cap: f32) -> Result<()> {

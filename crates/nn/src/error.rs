@@ -23,6 +23,10 @@ pub enum NnError {
     OutOfMemory { bytes: usize },
     #[error("context full: position {pos} is beyond the KV cache capacity of {capacity} tokens")]
     ContextFull { pos: usize, capacity: usize },
+    /// A model-level failure inside a [`crate::Backend::decode_step`] closure, by message (the
+    /// model keeps the typed error).
+    #[error("{0}")]
+    Step(String),
 }
 
 pub type Result<T, E = NnError> = std::result::Result<T, E>;

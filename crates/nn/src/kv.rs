@@ -6,7 +6,13 @@ pub struct KvCache<B: Backend> {
     pub capacity: usize,
     /// Positions `0..len` hold valid keys and values.
     pub len: usize,
+    /// Unique for the life of the process: what a backend keys work recorded for this cache by
+    /// (a recorded decode step refers to these layers' buffers).
+    pub id: u64,
 }
+
+/// Source of [`KvCache::id`].
+static NEXT_CACHE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl<B: Backend> KvCache<B> {
     /// `per_layer[i] = (n_kv_heads, head_dim)` of layer `i`.
@@ -18,6 +24,7 @@ impl<B: Backend> KvCache<B> {
                 .collect::<Result<_>>()?,
             capacity,
             len: 0,
+            id: NEXT_CACHE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
 

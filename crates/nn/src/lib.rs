@@ -11,6 +11,7 @@ mod backend;
 mod block;
 pub mod cpu;
 pub mod cuda;
+mod cuda_replay;
 mod embedding;
 mod error;
 pub mod ggml_math;
@@ -24,7 +25,7 @@ mod tap;
 mod weights;
 
 pub use attention::{attend, AttentionSpec, LayerKv};
-pub use backend::Backend;
+pub use backend::{Backend, DecodeStep};
 pub use block::PreNormBlock;
 pub use cpu::{CpuBackend, CpuTensor};
 pub use cuda::CudaBackend;

@@ -66,4 +66,31 @@ impl<B: Backend> Linear<B> {
     pub fn forward(&self, be: &B, x: &B::Tensor) -> Result<B::Tensor> {
         be.linear(x, &self.weight, self.bias.as_ref())
     }
+
+    /// `residual += self(x)`.
+    pub fn forward_add(&self, be: &B, x: &B::Tensor, residual: &mut B::Tensor) -> Result<()> {
+        match &self.bias {
+            None => be.linear_add(x, &self.weight, residual),
+            Some(_) => {
+                let y = self.forward(be, x)?;
+                be.add(residual, &y)
+            }
+        }
+    }
+
+    /// Every layer of `layers` applied to the same `x`.
+    pub fn forward_many<const N: usize>(
+        be: &B,
+        x: &B::Tensor,
+        layers: [&Linear<B>; N],
+    ) -> Result<[B::Tensor; N]> {
+        let ws = layers.map(|l| (&l.weight, l.bias.as_ref()));
+        let out = be.linear_many(x, &ws)?;
+        out.try_into().map_err(|v: Vec<B::Tensor>| {
+            NnError::Kernel(synaptix_core::Error::ShapeMismatch {
+                op: "linear_many",
+                detail: format!("{} outputs for {N} weights", v.len()),
+            })
+        })
+    }
 }

@@ -46,13 +46,24 @@ impl<B: Backend> GatedMlp<B> {
         name: &str,
         tap: &mut dyn Tap,
     ) -> Result<B::Tensor> {
-        let gate = self.gate.forward(be, x)?;
-        let up = self.up.forward(be, x)?;
+        let act = self.activate(be, x, name, tap)?;
+        self.down.forward(be, &act)
+    }
+
+    /// `act(gate(x)) * up(x)`: everything before `down`.
+    pub fn activate(
+        &self,
+        be: &B,
+        x: &B::Tensor,
+        name: &str,
+        tap: &mut dyn Tap,
+    ) -> Result<B::Tensor> {
+        let [gate, up] = Linear::forward_many(be, x, [&self.gate, &self.up])?;
         record(be, tap, name, "ffn_gate", &gate)?;
         record(be, tap, name, "ffn_up", &up)?;
         let act = be.glu(&gate, &up, self.activation)?;
         record(be, tap, name, "ffn_act", &act)?;
-        self.down.forward(be, &act)
+        Ok(act)
     }
 }
 

@@ -61,10 +61,24 @@ impl<B: Backend> SelfAttention<B> {
         name: &str,
         tap: &mut dyn Tap,
     ) -> Result<B::Tensor> {
+        let attn = self.attend(be, x, pos, kv, name, tap)?;
+        let out = self.o.forward(be, &attn)?;
+        record(be, tap, name, "attn_out", &out)?;
+        Ok(out)
+    }
+
+    /// Everything before the output projection: `[rows, n_heads * head_dim]`.
+    pub fn attend(
+        &self,
+        be: &B,
+        x: &B::Tensor,
+        pos: &B::Positions,
+        kv: &mut B::Kv,
+        name: &str,
+        tap: &mut dyn Tap,
+    ) -> Result<B::Tensor> {
         let s = &self.spec;
-        let mut q = self.q.forward(be, x)?;
-        let mut k = self.k.forward(be, x)?;
-        let v = self.v.forward(be, x)?;
+        let [mut q, mut k, v] = Linear::forward_many(be, x, [&self.q, &self.k, &self.v])?;
         record(be, tap, name, "Qcur", &q)?;
         record(be, tap, name, "Kcur", &k)?;
         record(be, tap, name, "Vcur", &v)?;
@@ -74,18 +88,13 @@ impl<B: Backend> SelfAttention<B> {
             record(be, tap, name, "Qcur_normed", &q)?;
             record(be, tap, name, "Kcur_normed", &k)?;
         }
-        be.rope(&mut q, &self.rope, s.n_heads, s.head_dim, pos)?;
-        be.rope(&mut k, &self.rope, s.n_kv_heads, s.head_dim, pos)?;
-        if let Some(scale) = self.q_scale {
-            be.scale(&mut q, scale)?;
-        }
+        let heads = (s.n_heads, s.n_kv_heads, s.head_dim);
+        be.rope_qk(&mut q, &mut k, &self.rope, heads, pos, self.q_scale)?;
         record(be, tap, name, "Qcur_rope", &q)?;
         record(be, tap, name, "Kcur_rope", &k)?;
         let attn = be.attention(&q, &k, &v, kv, pos, s)?;
         record(be, tap, name, "kqv_out", &attn)?;
-        let out = self.o.forward(be, &attn)?;
-        record(be, tap, name, "attn_out", &out)?;
-        Ok(out)
+        Ok(attn)
     }
 }
 

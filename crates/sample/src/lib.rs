@@ -8,7 +8,7 @@ mod rng;
 
 pub use rng::SplitMix64;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 /// Sampling settings. `Default` is greedy with no penalties.
 #[derive(Debug, Clone, PartialEq)]
@@ -143,13 +143,20 @@ impl Sampler {
             .filter(|(_, l)| !l.is_nan())
             .map(|(i, &l)| (i as u32, l))
             .collect();
-        if cands.is_empty() {
-            return Err(SampleError::EmptyLogits);
-        }
         // Highest logit first, ties to the lowest id, so every filter below is deterministic.
-        cands.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        cands.sort_unstable_by(candidate_order);
         if self.config.top_k > 0 {
             cands.truncate(self.config.top_k);
+        }
+        self.pick(cands)
+    }
+
+    /// The draw after penalties and top-k: top-p, min-p, temperature, then the seeded draw.
+    /// `cands` must be in [`candidate_order`], already cut to `top_k` (a device may have
+    /// chosen them: the draw is then the same as [`Sampler::sample`]'s).
+    pub fn pick(&mut self, mut cands: Vec<(u32, f32)>) -> Result<u32, SampleError> {
+        if cands.is_empty() {
+            return Err(SampleError::EmptyLogits);
         }
         if self.config.top_p < 1.0 {
             let probs = softmax(&cands, 1.0);
@@ -182,29 +189,132 @@ impl Sampler {
         Ok(cands[cands.len() - 1].0)
     }
 
-    fn apply_penalties(&self, logits: &mut [f32]) {
-        let c = &self.config;
-        if self.recent.is_empty()
-            || (c.repeat_penalty == 1.0 && c.presence_penalty == 0.0 && c.frequency_penalty == 0.0)
-        {
-            return;
-        }
-        let mut counts: HashMap<u32, u32> = HashMap::new();
-        for &t in &self.recent {
-            *counts.entry(t).or_default() += 1;
-        }
-        for (&t, &n) in &counts {
-            let Some(l) = logits.get_mut(t as usize) else {
-                continue;
-            };
-            if *l <= 0.0 {
-                *l *= c.repeat_penalty;
-            } else {
-                *l /= c.repeat_penalty;
+    /// The distinct tokens of the penalty window with their counts, by token id: what a
+    /// device needs to apply the penalties itself.
+    pub fn penalty_counts(&self) -> Vec<(u32, u32)> {
+        let mut counts: Vec<(u32, u32)> = Vec::new();
+        let mut sorted: Vec<u32> = self.recent.iter().copied().collect();
+        sorted.sort_unstable();
+        for t in sorted {
+            match counts.last_mut() {
+                Some((last, n)) if *last == t => *n += 1,
+                _ => counts.push((t, 1)),
             }
-            *l -= n as f32 * c.frequency_penalty + c.presence_penalty;
+        }
+        counts
+    }
+
+    fn apply_penalties(&self, logits: &mut [f32]) {
+        if let Some(p) = self.penalties() {
+            apply_penalties(logits, &p);
         }
     }
+
+    /// The penalties of the next draw (`None` when the settings change nothing).
+    pub fn penalties(&self) -> Option<Penalties> {
+        let c = &self.config;
+        c.has_penalties().then(|| Penalties {
+            counts: self.penalty_counts(),
+            repeat: c.repeat_penalty,
+            frequency: c.frequency_penalty,
+            presence: c.presence_penalty,
+        })
+    }
+
+    /// What a device can do of the next draw, so that only a few candidates cross to the host
+    /// (`None`: the whole distribution is needed): greedy (with penalties), or top-k up to
+    /// [`MAX_DEVICE_TOP_K`] followed by [`Sampler::pick`] on the host.
+    pub fn device_pick(&self) -> Option<DevicePick> {
+        let c = &self.config;
+        let top_k = if c.is_greedy() {
+            0
+        } else if (1..=MAX_DEVICE_TOP_K).contains(&c.top_k) {
+            c.top_k
+        } else {
+            return None;
+        };
+        Some(DevicePick {
+            top_k,
+            penalties: self.penalties(),
+        })
+    }
+}
+
+/// Repetition, frequency and presence penalties over a window of recent tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Penalties {
+    /// Distinct tokens of the window and how often each occurs.
+    pub counts: Vec<(u32, u32)>,
+    /// Positive logits are divided by it, negative ones multiplied.
+    pub repeat: f32,
+    /// Subtracted per occurrence.
+    pub frequency: f32,
+    /// Subtracted once.
+    pub presence: f32,
+}
+
+/// Applies `p` to the logits of its tokens (ids past the end are ignored).
+pub fn apply_penalties(logits: &mut [f32], p: &Penalties) {
+    for &(t, n) in &p.counts {
+        let Some(l) = logits.get_mut(t as usize) else {
+            continue;
+        };
+        if *l <= 0.0 {
+            *l *= p.repeat;
+        } else {
+            *l /= p.repeat;
+        }
+        *l -= n as f32 * p.frequency + p.presence;
+    }
+}
+
+/// Largest top-k a device is asked for.
+pub const MAX_DEVICE_TOP_K: usize = 256;
+
+/// The part of a draw a device does on the logits: penalties, then the arg-max (`top_k` 0)
+/// or the `top_k` best candidates in [`candidate_order`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct DevicePick {
+    pub top_k: usize,
+    pub penalties: Option<Penalties>,
+}
+
+impl DevicePick {
+    /// Greedy, no penalties.
+    pub const GREEDY: DevicePick = DevicePick {
+        top_k: 0,
+        penalties: None,
+    };
+
+    /// The pick on host logits (what a device computes): `[(arg-max, its logit)]` for greedy,
+    /// else the `top_k` best non-NaN candidates in [`candidate_order`].
+    pub fn on_host(&self, logits: &mut [f32]) -> Vec<(u32, f32)> {
+        if let Some(p) = &self.penalties {
+            apply_penalties(logits, p);
+        }
+        if self.top_k == 0 {
+            let i = argmax(logits);
+            return logits
+                .get(i as usize)
+                .map(|&v| vec![(i, v)])
+                .unwrap_or_default();
+        }
+        let mut cands: Vec<(u32, f32)> = logits
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| !l.is_nan())
+            .map(|(i, &l)| (i as u32, l))
+            .collect();
+        cands.sort_unstable_by(candidate_order);
+        cands.truncate(self.top_k);
+        cands
+    }
+}
+
+/// The order of sampling candidates `(id, logit)`: highest logit first (`total_cmp`), ties to
+/// the lowest id.
+pub fn candidate_order(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
 }
 
 /// Index of the largest logit; the lowest index wins ties; NaNs are never chosen unless all are.
@@ -398,5 +508,66 @@ mod tests {
         .is_err());
         let mut s = Sampler::new(SamplerConfig::default()).unwrap();
         assert_eq!(s.sample(&mut []), Err(SampleError::EmptyLogits));
+    }
+
+    /// The split draw (a device's `DevicePick`, then `pick` on the host) chooses exactly what
+    /// `sample` chooses, for greedy and top-k settings with and without penalties.
+    #[test]
+    fn device_pick_then_pick_equals_sample() {
+        let configs = [
+            SamplerConfig::default(),
+            SamplerConfig {
+                repeat_penalty: 1.3,
+                frequency_penalty: 0.2,
+                presence_penalty: 0.1,
+                ..Default::default()
+            },
+            SamplerConfig {
+                temperature: 0.8,
+                top_k: 40,
+                top_p: 0.9,
+                min_p: 0.05,
+                seed: 7,
+                ..Default::default()
+            },
+            SamplerConfig {
+                temperature: 1.1,
+                top_k: 5,
+                repeat_penalty: 1.5,
+                presence_penalty: 0.5,
+                seed: 3,
+                ..Default::default()
+            },
+        ];
+        for config in configs {
+            let (mut whole, mut split) = (
+                Sampler::new(config.clone()).unwrap(),
+                Sampler::new(config.clone()).unwrap(),
+            );
+            let mut state = 12345u64;
+            for step in 0..50 {
+                let logits: Vec<f32> = (0..300)
+                    .map(|_| {
+                        state = state
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        ((state >> 40) % 64) as f32 / 8.0 - 4.0
+                    })
+                    .collect();
+                let a = whole.sample(&mut logits.clone()).unwrap();
+                let pick = split
+                    .device_pick()
+                    .expect("greedy and small top-k run on a device");
+                let cands = pick.on_host(&mut logits.clone());
+                let b = if config.is_greedy() {
+                    cands[0].0
+                } else {
+                    split.pick(cands).unwrap()
+                };
+                assert_eq!(a, b, "{config:?} step {step}");
+                whole.accept(a);
+                split.accept(b);
+            }
+        }
     }
 }

@@ -1,0 +1,473 @@
+//! The paged f16 KV cache and causal attention over it (kernels/attention.cu), re-exported from
+//! [`crate::ops`].
+//!
+//! Two launch paths with the same arithmetic:
+//! - prefill (more than [`DECODE_ROWS`] query rows): `attention_f32`, one block per (head, row)
+//!   holding every score in shared memory sized by the largest position;
+//! - decode (at most [`DECODE_ROWS`] rows): two kernels split over spans of
+//!   [`DeviceKv::decode_span`] positions (chosen per cache from its capacity) whose grids, shared
+//!   memory and arguments depend only on the cache's shapes, so a decode step can be captured in
+//!   a CUDA graph (the kernels read the positions on the device).
+
+use cudarc::driver::{LaunchConfig, PushKernelArg};
+
+use crate::{CudaDevice, CudaError, DeviceBuffer, Result};
+
+/// Positions per KV page (`KV_PAGE` in `kernels/attention.cu`).
+pub const KV_PAGE: usize = 16;
+/// The longest span of the decode kernels (`ATTN_MAX_SPAN` in `kernels/attention.cu`); see
+/// [`decode_span`] for the span a cache gets.
+pub const ATTN_SPAN: usize = 256;
+/// The shortest span of the decode kernels (one KV page).
+pub const ATTN_MIN_SPAN: usize = 16;
+/// Spans a cache is cut into at most, below [`ATTN_SPAN`]-position spans: short contexts get
+/// many blocks, while the scratch stays bounded for long caches.
+const ATTN_TARGET_SPANS: usize = 64;
+/// [`attention`] takes the decode path up to this many query rows.
+pub const DECODE_ROWS: usize = 4;
+/// Threads per block of the span kernels (`ATTN_THREADS`).
+const ATTN_THREADS: u32 = 256;
+/// The largest head dimension of the decode path (one thread per `d` in `attention_pv_f32`).
+const DECODE_MAX_HEAD_DIM: usize = ATTN_THREADS as usize;
+
+/// Threads per block of `kv_store_f32`.
+const STORE_THREADS: u32 = 256;
+
+fn i32_arg(op: &'static str, what: &str, v: usize) -> Result<i32> {
+    i32::try_from(v).map_err(|_| CudaError::Invalid {
+        op,
+        detail: format!("{what} = {v} exceeds the kernel's 32-bit index range"),
+    })
+}
+
+fn check(op: &'static str, ok: bool, detail: impl FnOnce() -> String) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(CudaError::Invalid {
+            op,
+            detail: detail(),
+        })
+    }
+}
+
+/// The span length of the decode kernels for a cache of `capacity` positions: the power of two
+/// nearest above `capacity / 64`, within 16..=256 (a multiple of the KV page, so also of the
+/// aligned groups of four the softmax sums). Up to 1024 positions: 16-position spans (a short
+/// context already spreads over several blocks per head); 32768 positions: 256 (128 spans).
+pub fn decode_span(capacity: usize) -> usize {
+    capacity
+        .div_ceil(ATTN_TARGET_SPANS)
+        .next_power_of_two()
+        .clamp(ATTN_MIN_SPAN, ATTN_SPAN)
+}
+
+/// Scratch of the decode path, sized for a number of query heads and rows and then reused by
+/// every step (fixed device pointers, nothing allocated per step). `n_spans = ceil(capacity /
+/// span)`; shapes row-major:
+/// - `scores`: f32 `[rows, n_heads, n_spans * span]`, the scaled `q·k`;
+/// - `smax`: f32 `[rows, n_heads, n_spans]`, each span's max score;
+/// - `stats`: f32 `[rows, n_heads, 2]`, the global max and `1 / sum of exps`;
+/// - `partial`: f64 `[rows, n_heads, n_spans, head_dim]`, each span's share of probs · V;
+/// - `tickets_scores`, `tickets_pv`: u32 `[rows, n_heads]`, the last-block counters of the two
+///   kernels, zero between launches (the last block wraps its counter back to zero).
+struct DecodeScratch {
+    n_heads: usize,
+    rows: usize,
+    scores: DeviceBuffer<f32>,
+    smax: DeviceBuffer<f32>,
+    stats: DeviceBuffer<f32>,
+    partial: DeviceBuffer<f64>,
+    tickets_scores: DeviceBuffer<u32>,
+    tickets_pv: DeviceBuffer<u32>,
+}
+
+/// A layer's KV cache in f16, paged: position `t` lives in page `block_table[t / KV_PAGE]`, each
+/// page `[n_kv_heads, KV_PAGE, head_dim]`. A single sequence owns its pages in order today; the
+/// table is what lets batched sequences share a page pool later.
+pub struct DeviceKv {
+    pub k: DeviceBuffer<u16>,
+    pub v: DeviceBuffer<u16>,
+    pub block_table: DeviceBuffer<i32>,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub capacity: usize,
+    /// The decode path's scratch, allocated by the first decode step (or
+    /// [`DeviceKv::reserve_decode`]) once the number of query heads is known.
+    scratch: Option<DecodeScratch>,
+}
+
+impl DeviceKv {
+    /// A cache for `capacity` positions whose pages are in order.
+    pub fn new(
+        dev: &CudaDevice,
+        n_kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+    ) -> Result<DeviceKv> {
+        let pages = capacity.div_ceil(KV_PAGE);
+        let table: Vec<usize> = (0..pages).collect();
+        DeviceKv::with_pages(dev, n_kv_heads, head_dim, capacity, pages, &table)
+    }
+
+    /// A cache over a pool of `pool_pages` pages, position block `i` in page `table[i]`.
+    pub fn with_pages(
+        dev: &CudaDevice,
+        n_kv_heads: usize,
+        head_dim: usize,
+        capacity: usize,
+        pool_pages: usize,
+        table: &[usize],
+    ) -> Result<DeviceKv> {
+        check(
+            "kv cache",
+            table.len() == capacity.div_ceil(KV_PAGE) && table.iter().all(|&p| p < pool_pages),
+            || {
+                format!(
+                    "{} table entries for {capacity} positions over {pool_pages} pages",
+                    table.len()
+                )
+            },
+        )?;
+        let table: Vec<i32> = table
+            .iter()
+            .map(|&p| i32_arg("kv cache", "page", p))
+            .collect::<Result<_>>()?;
+        let n = pool_pages * KV_PAGE * n_kv_heads * head_dim;
+        Ok(DeviceKv {
+            k: dev.zeros(n)?,
+            v: dev.zeros(n)?,
+            block_table: dev.upload(&table)?,
+            n_kv_heads,
+            head_dim,
+            capacity,
+            scratch: None,
+        })
+    }
+
+    /// Positions per span of this cache's decode kernels ([`decode_span`] of the capacity).
+    pub fn decode_span(&self) -> usize {
+        decode_span(self.capacity)
+    }
+
+    /// Spans of [`DeviceKv::decode_span`] positions covering the capacity.
+    fn n_spans(&self) -> usize {
+        self.capacity.div_ceil(self.decode_span())
+    }
+
+    /// Bytes of decode scratch [`DeviceKv::reserve_decode`] allocates for `n_heads` query heads
+    /// and `rows` query rows: `rows × n_heads × (n_spans × (span × 4 + 4 + head_dim × 8) + 16)`.
+    pub fn decode_scratch_bytes(&self, n_heads: usize, rows: usize) -> usize {
+        let (span, spans) = (self.decode_span(), self.n_spans());
+        rows * n_heads * (spans * (span * 4 + 4 + self.head_dim * 8) + 2 * 4 + 2 * 4)
+    }
+
+    /// Allocates the decode path's scratch for `n_heads` query heads and up to `rows` query rows
+    /// (at most [`DECODE_ROWS`]), unless it already has room. Call it before capturing a decode
+    /// step in a CUDA graph, so that the capture allocates nothing. Memory:
+    /// [`DeviceKv::decode_scratch_bytes`].
+    pub fn reserve_decode(&mut self, dev: &CudaDevice, n_heads: usize, rows: usize) -> Result<()> {
+        check("attention", (1..=DECODE_ROWS).contains(&rows), || {
+            format!("decode scratch for {rows} rows (1..={DECODE_ROWS})")
+        })?;
+        let rows = match &self.scratch {
+            Some(s) if s.n_heads == n_heads && s.rows >= rows => return Ok(()),
+            Some(s) if s.n_heads == n_heads => rows.max(s.rows),
+            _ => rows,
+        };
+        let heads = rows * n_heads;
+        let spans = self.n_spans();
+        // Zeroed once (not per step): the kernels write every entry they read, this only keeps
+        // stale memory out of reach; the tickets must start at zero.
+        self.scratch = Some(DecodeScratch {
+            n_heads,
+            rows,
+            scores: dev.zeros(heads * spans * self.decode_span())?,
+            smax: dev.zeros(heads * spans)?,
+            stats: dev.zeros(heads * 2)?,
+            partial: dev.zeros(heads * spans * self.head_dim)?,
+            tickets_scores: dev.zeros(heads)?,
+            tickets_pv: dev.zeros(heads)?,
+        });
+        Ok(())
+    }
+}
+
+/// Stores `k, v: [rows, n_kv_heads * head_dim]` at `positions` (each below the capacity).
+pub fn kv_store(
+    dev: &CudaDevice,
+    kv: &mut DeviceKv,
+    k: &DeviceBuffer<f32>,
+    v: &DeviceBuffer<f32>,
+    positions: &DeviceBuffer<i32>,
+) -> Result<()> {
+    let width = kv.n_kv_heads * kv.head_dim;
+    let rows = positions.len();
+    check(
+        "kv_store",
+        k.len() == rows * width && v.len() == rows * width,
+        || format!("k {} v {} rows {rows} width {width}", k.len(), v.len()),
+    )?;
+    let f = dev.function("attention", "kv_store_f32")?;
+    let (h, d) = (kv.n_kv_heads as i32, kv.head_dim as i32);
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(&mut kv.k)
+        .arg(&mut kv.v)
+        .arg(k)
+        .arg(v)
+        .arg(&kv.block_table)
+        .arg(positions)
+        .arg(&h)
+        .arg(&d);
+    // SAFETY: positions are below the capacity (the caller's KV bookkeeping guarantees it).
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (
+                width.div_ceil(STORE_THREADS as usize) as u32,
+                rows as u32,
+                1,
+            ),
+            block_dim: (STORE_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(())
+}
+
+/// How [`attention`] attends.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionParams {
+    pub n_heads: usize,
+    /// Multiplies `q·k` before the softmax.
+    pub scale: f32,
+    /// Sliding window length (`None`: causal over the whole cache).
+    pub window: Option<usize>,
+    /// The largest position in `positions`: checked against the capacity, and sizes the
+    /// prefill kernel's score buffer (the decode path's launch does not depend on it).
+    pub max_pos: usize,
+}
+
+/// Checks the shapes common to both paths.
+fn check_attention(
+    out: &DeviceBuffer<f32>,
+    q: &DeviceBuffer<f32>,
+    kv: &DeviceKv,
+    rows: usize,
+    p: &AttentionParams,
+) -> Result<()> {
+    let width = p.n_heads * kv.head_dim;
+    check(
+        "attention",
+        q.len() == rows * width
+            && out.len() == q.len()
+            && kv.n_kv_heads > 0
+            && p.n_heads > 0
+            && p.n_heads.is_multiple_of(kv.n_kv_heads)
+            && p.max_pos < kv.capacity,
+        || {
+            format!(
+                "q {} out {} rows {rows} heads {}/{} max_pos {} capacity {}",
+                q.len(),
+                out.len(),
+                p.n_heads,
+                kv.n_kv_heads,
+                p.max_pos,
+                kv.capacity
+            )
+        },
+    )
+}
+
+/// Dynamic shared memory of `attention_scores_f32` (head_dim query values, span scores, span /
+/// KV_PAGE page numbers) and of `attention_pv_f32` (span probabilities and page numbers): at
+/// most 2.1 KiB, whatever the shapes the decode path takes.
+fn decode_shared(span: usize, head_dim: usize) -> (usize, usize) {
+    let pages = span / KV_PAGE;
+    ((head_dim + span + pages) * 4, (span + pages) * 4)
+}
+
+/// Attention of `q: [rows, n_heads * head_dim]` at `positions` over `kv` (already holding them).
+///
+/// Up to [`DECODE_ROWS`] rows take the decode path, whose launches depend only on the cache's
+/// shapes, `n_heads`, `rows`, `scale` and `window` (graph-capturable; its scratch lives in `kv`,
+/// allocated on the first decode step or by [`DeviceKv::reserve_decode`]). More rows, or shapes
+/// the decode kernels do not cover (head_dim > 256, or more query heads per kv head than their
+/// shared memory holds), take the single-block kernel. Both give the same values: the decode
+/// path only regroups f64 additions.
+pub fn attention(
+    dev: &CudaDevice,
+    out: &mut DeviceBuffer<f32>,
+    q: &DeviceBuffer<f32>,
+    kv: &mut DeviceKv,
+    positions: &DeviceBuffer<i32>,
+    p: AttentionParams,
+) -> Result<()> {
+    let rows = positions.len();
+    check_attention(out, q, kv, rows, &p)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    if rows <= DECODE_ROWS && kv.head_dim <= DECODE_MAX_HEAD_DIM {
+        return attention_decode(dev, out, q, kv, positions, p);
+    }
+    attention_single_block(dev, out, q, kv, positions, p)
+}
+
+/// The decode path of [`attention`] (shapes already checked, `1 <= rows <= DECODE_ROWS`,
+/// `head_dim <= DECODE_MAX_HEAD_DIM`).
+fn attention_decode(
+    dev: &CudaDevice,
+    out: &mut DeviceBuffer<f32>,
+    q: &DeviceBuffer<f32>,
+    kv: &mut DeviceKv,
+    positions: &DeviceBuffer<i32>,
+    p: AttentionParams,
+) -> Result<()> {
+    let rows = positions.len();
+    kv.reserve_decode(dev, p.n_heads, rows)?;
+    let (n_heads, n_kv, hd) = (p.n_heads, kv.n_kv_heads, kv.head_dim);
+    let (span, spans) = (kv.decode_span(), kv.n_spans());
+    let (scores_bytes, pv_bytes) = decode_shared(span, hd);
+    let nh = i32_arg("attention", "n_heads", n_heads)?;
+    let nkv = i32_arg("attention", "n_kv_heads", n_kv)?;
+    let hd32 = i32_arg("attention", "head_dim", hd)?;
+    let cap = i32_arg("attention", "capacity", kv.capacity)?;
+    let sl = i32_arg("attention", "span", span)?;
+    let ns = i32_arg("attention", "spans", spans)?;
+    // Score indices reach rows × n_heads × spans × span (i64 in the kernels); the span positions
+    // must fit an i32.
+    i32_arg("attention", "span positions", spans * span)?;
+    // 0: no window (as in the single-block kernel); a window beyond i32 covers any cache.
+    let win = p.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
+    let scale = p.scale;
+    let Some(s) = kv.scratch.as_mut() else {
+        return Err(CudaError::Invalid {
+            op: "attention",
+            detail: "decode scratch missing".into(),
+        });
+    };
+    // Both launches depend only on (capacity, n_heads, rows, head_dim): one block per (span,
+    // query head, row), whether or not the span holds attended positions at this step.
+    let span_grid = LaunchConfig {
+        grid_dim: (spans as u32, n_heads as u32, rows as u32),
+        block_dim: (ATTN_THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    };
+
+    let f = dev.function("attention", "attention_scores_f32")?;
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(&mut s.scores)
+        .arg(&mut s.smax)
+        .arg(&mut s.stats)
+        .arg(&mut s.tickets_scores)
+        .arg(q)
+        .arg(&kv.k)
+        .arg(&kv.block_table)
+        .arg(positions)
+        .arg(&nh)
+        .arg(&nkv)
+        .arg(&hd32)
+        .arg(&scale)
+        .arg(&win)
+        .arg(&cap)
+        .arg(&sl)
+        .arg(&ns);
+    // SAFETY: grid (spans, n_heads, rows) over q: [rows, n_heads, hd] and the scratch sized for
+    // at least `rows` rows of n_heads heads × spans × span (stats: 2, tickets: 1 per head, zero
+    // between launches); shared memory holds hd query values, span scores and span / KV_PAGE
+    // page numbers (about 2 KiB); the kernel reads K only at positions in [first, pos[row]],
+    // pos[row] < capacity (checked on the device), and the block table below the capacity.
+    unsafe {
+        l.launch(LaunchConfig {
+            shared_mem_bytes: scores_bytes as u32,
+            ..span_grid
+        })
+    }?;
+
+    let f = dev.function("attention", "attention_pv_f32")?;
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(out)
+        .arg(&mut s.partial)
+        .arg(&mut s.tickets_pv)
+        .arg(&s.scores)
+        .arg(&s.stats)
+        .arg(&kv.v)
+        .arg(&kv.block_table)
+        .arg(positions)
+        .arg(&nh)
+        .arg(&nkv)
+        .arg(&hd32)
+        .arg(&win)
+        .arg(&cap)
+        .arg(&sl)
+        .arg(&ns);
+    // SAFETY: same grid, ATTN_THREADS threads (the kernel's reduction array) and hd <=
+    // ATTN_THREADS (checked by `attention`); reads what the previous launch wrote for spans
+    // [lo, hi] and V at positions [first, pos[row]]; writes hd f64 per (row, head, span) into
+    // `partial` (rows × n_heads × spans × hd) and out[row, head, 0..hd] (out: [rows, n_heads, hd],
+    // checked); shared memory holds span probabilities and page numbers.
+    unsafe {
+        l.launch(LaunchConfig {
+            shared_mem_bytes: pv_bytes as u32,
+            ..span_grid
+        })
+    }?;
+    Ok(())
+}
+
+/// [`attention`] with the single-block kernel whatever the number of rows: one block per
+/// (head, row) holding the scores of positions `0..=max_pos` in shared memory (so the launch
+/// follows `max_pos`). The prefill path, and the reference the decode path is tested against.
+pub fn attention_single_block(
+    dev: &CudaDevice,
+    out: &mut DeviceBuffer<f32>,
+    q: &DeviceBuffer<f32>,
+    kv: &DeviceKv,
+    positions: &DeviceBuffer<i32>,
+    p: AttentionParams,
+) -> Result<()> {
+    let AttentionParams {
+        n_heads,
+        scale,
+        window,
+        max_pos,
+    } = p;
+    let rows = positions.len();
+    check_attention(out, q, kv, rows, &p)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    // Scores for positions 0..=max_pos rounded up to groups of four, then the f16-rounded query.
+    let smem = (((max_pos + 1).next_multiple_of(4) + kv.head_dim) * 4) as u32;
+    let f = dev.function("attention", "attention_f32")?;
+    let limit = dev.max_shared_memory(&f)?;
+    check("attention", smem as usize <= limit, || {
+        format!(
+            "{} positions exceed this kernel's shared-memory score buffer ({limit} bytes)",
+            max_pos + 1
+        )
+    })?;
+    let (nh, nkv, hd) = (n_heads as i32, kv.n_kv_heads as i32, kv.head_dim as i32);
+    let win = window.map_or(0, |w| w as i32);
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(out)
+        .arg(q)
+        .arg(&kv.k)
+        .arg(&kv.v)
+        .arg(&kv.block_table)
+        .arg(positions)
+        .arg(&nh)
+        .arg(&nkv)
+        .arg(&hd)
+        .arg(&scale)
+        .arg(&win);
+    // SAFETY: one block per (head, row); scores fit the dynamic shared memory sized above.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (n_heads as u32, rows as u32, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: smem,
+        })
+    }?;
+    Ok(())
+}

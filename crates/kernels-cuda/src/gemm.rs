@@ -1,0 +1,439 @@
+//! Tensor-core GEMM for prefill (many activation rows): `y: [m, rows] = x · Wᵀ` with `mma.sync`
+//! (`kernels/gemm.cu`, sm_80+).
+//!
+//! - [`gemm_quantized`]: Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights times activations quantized by
+//!   [`ops::quantize_acts`](crate::ops::quantize_acts). Bit for bit the CPU's `matmul` (and
+//!   [`ops::matvec_quantized`](crate::ops::matvec_quantized)): the tensor cores compute each
+//!   32-element block's exact integer dot product, and one thread per output adds the blocks'
+//!   f32 terms (ggml's per-format formula and operation order) in increasing k from 0.0.
+//! - [`gemm_float`]: F16 and BF16 weights, activations rounded to the weight's type (as the CPU
+//!   rounds them), f16 / bf16 products accumulated in f32. Not bit-exact: the CPU sums in f64
+//!   (normalised squared error ~1e-14).
+//!
+//! [`gemm_supported`] says which (format, m, k) these handle; the caller picks between them and
+//! the matvec kernels ([`ops::matvec`](crate::ops::matvec)).
+
+use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use synaptix_core::DType;
+
+use crate::ops::{activation_format, check, i32_arg, sm_count, suffix, DeviceActs, DeviceMatrix};
+use crate::{CudaDevice, DeviceBuffer, Result};
+
+/// The fewest activation rows for which [`gemm_supported`] recommends the GEMM (one 16-row mma
+/// tile's worth; below it the matvec kernels, which pass over the weights 8 rows at a time, are
+/// the better choice). The kernels themselves are correct for any m.
+pub const GEMM_MIN_ROWS: usize = 16;
+
+/// Shared-memory row of a staged tile: `GM_KSTEPS` (2) mma k steps of 32 bytes, plus 16 bytes
+/// of padding (`GM_ROW` in kernels/gemm.cu).
+const GM_KSTEPS: usize = 2;
+const GM_ROW: usize = 32 * GM_KSTEPS + 16;
+/// Ring stages of the quantized and float kernels (`GM_NSTAGE_Q`, `GM_NSTAGE_F`).
+const NSTAGE_Q: usize = 3;
+const NSTAGE_F: usize = 4;
+/// Dynamic shared memory a block may use without opting in.
+const DEFAULT_SHARED: usize = 48 * 1024;
+
+/// A thread-block configuration: `bm` weight rows × `bn` activation rows of y per block.
+#[derive(Debug, Clone, Copy)]
+struct Tile {
+    bm: usize,
+    bn: usize,
+    threads: u32,
+    /// Kernel-name suffix.
+    name: &'static str,
+}
+
+/// `gemm_q8_*_l`: 8 warps of 32 × 32, two blocks per SM; `_s`: 4 warps.
+const Q_LARGE: Tile = Tile {
+    bm: 128,
+    bn: 64,
+    threads: 256,
+    name: "l",
+};
+const Q_SMALL: Tile = Tile {
+    bm: 64,
+    bn: 64,
+    threads: 128,
+    name: "s",
+};
+/// `gemm_{f16,bf16}_l`: 8 warps of 64 × 32; `_s`: 4 warps of 32 × 32.
+const F_LARGE: Tile = Tile {
+    bm: 128,
+    bn: 128,
+    threads: 256,
+    name: "l",
+};
+const F_SMALL: Tile = Tile {
+    bm: 64,
+    bn: 64,
+    threads: 128,
+    name: "s",
+};
+
+fn is_legacy_quant(dtype: DType) -> bool {
+    use DType::*;
+    matches!(dtype, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0)
+}
+
+fn is_half(dtype: DType) -> bool {
+    matches!(dtype, DType::F16 | DType::BF16)
+}
+
+/// Whether [`gemm_quantized`] (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0: `k` a multiple of 32) or
+/// [`gemm_float`] (F16, BF16: `k` a multiple of 16) handles `m` activation rows of `k` values
+/// with weights of `dtype`, and is worth it (`m >= GEMM_MIN_ROWS`). Everything else (other
+/// formats, small m, odd k) stays with `ops::matvec`.
+pub fn gemm_supported(dtype: DType, m: usize, k: usize) -> bool {
+    let k_ok = if is_legacy_quant(dtype) {
+        k.is_multiple_of(32)
+    } else if is_half(dtype) {
+        k.is_multiple_of(16)
+    } else {
+        return false;
+    };
+    k_ok && k > 0
+        && m >= GEMM_MIN_ROWS
+        && m.div_ceil(F_SMALL.bn.min(Q_SMALL.bn)) <= 65535
+        && m.checked_mul(k).is_some_and(|n| n <= i32::MAX as usize)
+}
+
+/// Bytes of dynamic shared memory of `gemm_q8_*` for blocks of `block_bytes` (`gm_qlayout` in
+/// kernels/gemm.cu): NSTAGE_Q ring slots of raw weights (per row the 16-byte words covering
+/// GM_KSTEPS blocks from any 2-byte offset, + 16 bytes of slack), activation quants (GM_ROW per
+/// row) and activation metadata (8 bytes per block); then the unpacked weights (GM_ROW per row)
+/// and the f32 scales and minima of weights and activations.
+fn q_shared_bytes(block_bytes: usize, t: Tile) -> usize {
+    let raw = (GM_KSTEPS * block_bytes + 14).div_ceil(16) * 16;
+    let slot = t.bm * raw + 16 + t.bn * GM_ROW + t.bn * GM_KSTEPS * 8;
+    NSTAGE_Q * slot + t.bm * GM_ROW + 2 * GM_KSTEPS * 4 * (t.bm + t.bn)
+}
+
+/// Bytes of dynamic shared memory of `gemm_{f16,bf16}_*`: NSTAGE_F slots of (bm + bn) rows.
+fn f_shared_bytes(t: Tile) -> usize {
+    NSTAGE_F * (t.bm + t.bn) * GM_ROW
+}
+
+/// Which thread-block tile the kernels use. The choice never changes a result (each output is
+/// computed the same way in every tile); it is exposed for tests and benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum GemmTile {
+    /// Large when its grid fills the GPU (a full wave of blocks), else small.
+    #[default]
+    Auto,
+    /// Quantized: 128 weight rows × 64 activation rows per block; float: 128 × 128.
+    Large,
+    /// 64 × 64 (more blocks for small problems).
+    Small,
+}
+
+/// The large tile when `choice` says so, or for `Auto` when its grid gives every SM at least
+/// `per_sm` blocks, else the small one.
+fn pick_tile(
+    dev: &CudaDevice,
+    choice: GemmTile,
+    (large, small): (Tile, Tile),
+    rows: usize,
+    m: usize,
+    per_sm: usize,
+) -> Tile {
+    match choice {
+        GemmTile::Large => large,
+        GemmTile::Small => small,
+        GemmTile::Auto => {
+            let blocks = rows.div_ceil(large.bm) * m.div_ceil(large.bn);
+            if blocks >= per_sm * sm_count(dev) {
+                large
+            } else {
+                small
+            }
+        }
+    }
+}
+
+/// Opts `f` into `bytes` of dynamic shared memory when that exceeds the default 48 KiB.
+fn reserve_shared(dev: &CudaDevice, f: &CudaFunction, bytes: usize) -> Result<()> {
+    if bytes <= DEFAULT_SHARED {
+        return Ok(());
+    }
+    let limit = dev.max_shared_memory(f)?;
+    check("gemm", bytes <= limit, || {
+        format!("the kernel needs {bytes} bytes of shared memory, this GPU allows {limit}")
+    })
+}
+
+/// The grid of `t` over `rows` weight rows and `m` activation rows (checked against the 65535
+/// limit of grid.y).
+fn grid(t: Tile, rows: usize, m: usize) -> Result<(u32, u32, u32)> {
+    let (gx, gy) = (rows.div_ceil(t.bm), m.div_ceil(t.bn));
+    check("gemm", gy <= 65535 && gx <= i32::MAX as usize, || {
+        format!("{m} activation rows × {rows} weight rows exceed the grid")
+    })?;
+    Ok((gx as u32, gy as u32, 1))
+}
+
+/// The weight bytes `w` must hold for its shape, if representable.
+fn weight_bytes(w: &DeviceMatrix) -> Option<usize> {
+    w.rows
+        .checked_mul(w.cols / w.dtype.block_len())?
+        .checked_mul(w.dtype.block_bytes())
+}
+
+/// `y: [m, rows] = acts · Wᵀ` on the tensor cores, for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights
+/// and activations quantized for them by [`ops::quantize_acts`](crate::ops::quantize_acts) (m =
+/// `acts.rows()`): every output bit for bit the CPU's `matmul` (and
+/// [`ops::matvec_quantized`](crate::ops::matvec_quantized)). Correct for any m; meant for
+/// m >= [`GEMM_MIN_ROWS`] (see [`gemm_supported`]).
+pub fn gemm_quantized(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    acts: &DeviceActs,
+) -> Result<()> {
+    gemm_quantized_with(dev, y, w, acts, GemmTile::Auto)
+}
+
+/// [`gemm_quantized`] with the thread-block tile chosen by the caller (same results).
+pub fn gemm_quantized_with(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    acts: &DeviceActs,
+    tile: GemmTile,
+) -> Result<()> {
+    const OP: &str = "gemm";
+    check(
+        OP,
+        is_legacy_quant(w.dtype)
+            && activation_format(w.dtype) == Some(acts.dtype)
+            && acts.cols == w.cols
+            && w.cols > 0
+            && w.cols.is_multiple_of(32),
+        || {
+            format!(
+                "{} [{}, {}] weights, activations {} × {} (the GEMM takes Q4_0, Q4_1, Q5_0, \
+                 Q5_1 and Q8_0 weights with their activation format)",
+                w.dtype, w.rows, w.cols, acts.dtype, acts.cols
+            )
+        },
+    )?;
+    check(
+        OP,
+        weight_bytes(w).is_some_and(|b| b <= w.data.len()),
+        || {
+            format!(
+                "{} [{}, {}] weights in {} bytes",
+                w.dtype,
+                w.rows,
+                w.cols,
+                w.data.len()
+            )
+        },
+    )?;
+    let m = acts.rows;
+    check(OP, m.checked_mul(w.rows) == Some(y.len()), || {
+        format!(
+            "y has {} values for {m} rows of [{}, {}]",
+            y.len(),
+            w.rows,
+            w.cols
+        )
+    })?;
+    if m == 0 || w.rows == 0 {
+        return Ok(());
+    }
+    let (r32, k32, m32) = (
+        i32_arg(OP, "rows", w.rows)?,
+        i32_arg(OP, "cols", w.cols)?,
+        i32_arg(OP, "m", m)?,
+    );
+    let tile = pick_tile(dev, tile, (Q_LARGE, Q_SMALL), w.rows, m, 2);
+    let grid_dim = grid(tile, w.rows, m)?;
+    let f = dev.function(
+        "gemm",
+        &format!("gemm_q8_{}_{}", suffix(OP, w.dtype)?, tile.name),
+    )?;
+    let smem = q_shared_bytes(w.dtype.block_bytes(), tile);
+    reserve_shared(dev, &f, smem)?;
+    let meta = acts.meta_offset as i64;
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(y)
+        .arg(&w.data)
+        .arg(&acts.buf)
+        .arg(&meta)
+        .arg(&r32)
+        .arg(&k32)
+        .arg(&m32);
+    // SAFETY: shapes checked above: W holds `rows` rows of `cols / 32` blocks (its byte length
+    // matches), the activation buffer `m` rows of `cols` quants with 8 bytes of metadata per
+    // block at `meta_offset` (DeviceActs::new sized it for this format). The kernel reads only
+    // inside those (weight copies are cut at the buffer's end, rows past `rows` / `m` are not
+    // read) and writes y[i][r] for i < m, r < rows only; the dynamic shared memory is the
+    // kernel's layout for this format and tile (`q_shared_bytes`), opted into above 48 KiB.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim,
+            block_dim: (tile.threads, 1, 1),
+            shared_mem_bytes: smem as u32,
+        })
+    }?;
+    Ok(())
+}
+
+/// `y: [m, rows] = x: [m, cols] · Wᵀ` on the tensor cores for F16 and BF16 weights (`cols` a
+/// multiple of 16): x rounded to the weight's type into a scratch buffer (as the CPU rounds it),
+/// then f16 / bf16 products accumulated in f32. Close to, not bit-equal with, the CPU's f64 sums.
+pub fn gemm_float(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    x: &DeviceBuffer<f32>,
+) -> Result<()> {
+    gemm_float_with(dev, y, w, x, GemmTile::Auto)
+}
+
+/// [`gemm_float`] with the thread-block tile chosen by the caller (same results: every output
+/// accumulates the same mma steps in k order whatever the tile).
+pub fn gemm_float_with(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    x: &DeviceBuffer<f32>,
+    tile: GemmTile,
+) -> Result<()> {
+    const OP: &str = "gemm";
+    check(
+        OP,
+        is_half(w.dtype)
+            && w.cols > 0
+            && w.cols.is_multiple_of(16)
+            && x.len().is_multiple_of(w.cols),
+        || {
+            format!(
+                "{} [{}, {}] weights, x of {} values (the GEMM takes F16 and BF16 weights with \
+                 rows of a multiple of 16)",
+                w.dtype,
+                w.rows,
+                w.cols,
+                x.len()
+            )
+        },
+    )?;
+    check(
+        OP,
+        weight_bytes(w).is_some_and(|b| b <= w.data.len()),
+        || {
+            format!(
+                "{} [{}, {}] weights in {} bytes",
+                w.dtype,
+                w.rows,
+                w.cols,
+                w.data.len()
+            )
+        },
+    )?;
+    let m = x.len() / w.cols;
+    check(OP, m.checked_mul(w.rows) == Some(y.len()), || {
+        format!(
+            "y has {} values for {m} rows of [{}, {}]",
+            y.len(),
+            w.rows,
+            w.cols
+        )
+    })?;
+    if m == 0 || w.rows == 0 {
+        return Ok(());
+    }
+    let (r32, k32, m32, n32) = (
+        i32_arg(OP, "rows", w.rows)?,
+        i32_arg(OP, "cols", w.cols)?,
+        i32_arg(OP, "m", m)?,
+        i32_arg(OP, "m × cols", x.len())?,
+    );
+    let tile = pick_tile(dev, tile, (F_LARGE, F_SMALL), w.rows, m, 1);
+    let grid_dim = grid(tile, w.rows, m)?;
+    let name = suffix(OP, w.dtype)?;
+
+    // x rounded to the weight type: [m, cols] halves.
+    // SAFETY: gemm_round_* writes all `m × cols` elements before the GEMM reads them.
+    let mut xh = unsafe { dev.uninit::<u16>(x.len()) }?;
+    let round = dev.function("gemm", &format!("gemm_round_{name}"))?;
+    let mut l = dev.stream().launch_builder(&round);
+    l.arg(&mut xh).arg(x).arg(&n32);
+    // SAFETY: one thread per element of `x` and `xh` (both `m × cols` long); threads past the
+    // end return.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (x.len().div_ceil(256) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+
+    let f = dev.function("gemm", &format!("gemm_{name}_{}", tile.name))?;
+    let smem = f_shared_bytes(tile);
+    reserve_shared(dev, &f, smem)?;
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(y).arg(&w.data).arg(&xh).arg(&r32).arg(&k32).arg(&m32);
+    // SAFETY: W holds `rows × cols` halves (byte length checked), `xh` `m × cols`, `cols` a
+    // multiple of 16 (every 16-byte copy stays inside a row; rows past `rows` / `m` are not
+    // read); the kernel writes y[i][r] for i < m, r < rows only, and y holds m × rows. The
+    // dynamic shared memory is the kernel's layout for this tile (`f_shared_bytes`), opted
+    // into above 48 KiB.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim,
+            block_dim: (tile.threads, 1, 1),
+            shared_mem_bytes: smem as u32,
+        })
+    }?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn supported_shapes() {
+        for dtype in [
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::Q8_0,
+        ] {
+            assert!(gemm_supported(dtype, 16, 896));
+            assert!(gemm_supported(dtype, 4096, 32));
+            assert!(!gemm_supported(dtype, 15, 896));
+            assert!(!gemm_supported(dtype, 64, 48));
+            assert!(!gemm_supported(dtype, 64, 0));
+        }
+        for dtype in [DType::F16, DType::BF16] {
+            assert!(gemm_supported(dtype, 512, 48));
+            assert!(!gemm_supported(dtype, 512, 40));
+        }
+        for dtype in [DType::F32, DType::Q4K, DType::Q6K] {
+            assert!(!gemm_supported(dtype, 512, 4096));
+        }
+    }
+
+    #[test]
+    fn shared_memory_fits_two_blocks_per_hopper_sm() {
+        // The largest quantized layout (Q8_0, 34-byte blocks) and the float one: two blocks of
+        // each fit the 228 KiB of an H100 / H200 SM, one fits the 99 KiB per block of sm_120.
+        for t in [Q_LARGE, Q_SMALL] {
+            for bytes in [18, 20, 22, 24, 34] {
+                let b = q_shared_bytes(bytes, t);
+                assert!(
+                    b.is_multiple_of(16) && 2 * b <= 227 * 1024 && b <= 99 * 1024,
+                    "{b}"
+                );
+            }
+        }
+        assert_eq!(q_shared_bytes(34, Q_LARGE), 68_656);
+        for t in [F_LARGE, F_SMALL] {
+            assert!(2 * f_shared_bytes(t) <= 227 * 1024);
+        }
+    }
+}

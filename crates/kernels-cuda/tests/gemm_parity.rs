@@ -1,0 +1,335 @@
+//! The tensor-core GEMM (`kernels/gemm.cu`, `synaptix_kernels_cuda::gemm`) against the CPU
+//! matmul on fresh random inputs (the seed is printed), outputs poisoned (NaN) before each
+//! launch so that an unwritten element fails: quantized weights bit for bit, F16 / BF16 by
+//! normalised squared error. Every shape runs with both thread-block tiles (and the automatic
+//! choice), whose results must not differ. Skips with a visible message where no GPU is present.
+
+use synaptix_core::DType;
+use synaptix_kernels_cuda::gemm::{self, GemmTile};
+use synaptix_kernels_cuda::ops::{self, DeviceActs, DeviceMatrix};
+use synaptix_kernels_cuda::{cuda_status, CudaDevice, CudaStatus, DeviceBuffer};
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn uniform(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.uniform() * scale).collect()
+    }
+}
+
+fn device() -> Option<(CudaDevice, Rng)> {
+    match cuda_status() {
+        CudaStatus::Unavailable(why) => {
+            eprintln!("SKIPPED: no usable GPU ({why})");
+            None
+        }
+        CudaStatus::Available { .. } => {
+            let seed = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64);
+            eprintln!("seed {seed}");
+            Some((CudaDevice::new(0).expect("device 0"), Rng(seed)))
+        }
+    }
+}
+
+fn nmse(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    assert!(
+        got.iter().all(|v| v.is_finite()),
+        "unwritten (NaN) or non-finite output"
+    );
+    let num: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (*a as f64 - *b as f64).powi(2))
+        .sum();
+    let den: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
+    num / den.max(1e-30)
+}
+
+fn poisoned(dev: &CudaDevice, n: usize) -> DeviceBuffer<f32> {
+    dev.upload(&vec![f32::NAN; n]).unwrap()
+}
+
+/// Random blocks of `dtype` with modest scales, so dequantized values are O(0.1).
+fn random_weights(rng: &mut Rng, dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
+    let n_blocks = rows * cols / dtype.block_len();
+    let bb = dtype.block_bytes();
+    let mut out = vec![0u8; n_blocks * bb];
+    let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
+    match dtype {
+        DType::F16 => {
+            for (i, v) in rng.vec(rows * cols, 0.5).iter().enumerate() {
+                out[2 * i..2 * i + 2].copy_from_slice(&f16(*v));
+            }
+            return out;
+        }
+        DType::BF16 => {
+            for (i, v) in rng.vec(rows * cols, 0.5).iter().enumerate() {
+                out[2 * i..2 * i + 2].copy_from_slice(&half::bf16::from_f32(*v).to_le_bytes());
+            }
+            return out;
+        }
+        _ => {}
+    }
+    for b in out.chunks_exact_mut(bb) {
+        for byte in b.iter_mut() {
+            *byte = rng.next() as u8;
+        }
+        let d = f16(0.004 + 0.01 * rng.uniform().abs());
+        let m = f16(0.002 + 0.01 * rng.uniform().abs());
+        // Positions of the f16 scale fields in each ggml block struct.
+        let fields: &[(usize, [u8; 2])] = match dtype {
+            DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[(0, d)],
+            DType::Q4_1 | DType::Q5_1 => &[(0, d), (2, m)],
+            _ => &[],
+        };
+        for &(at, bytes) in fields {
+            b[at..at + 2].copy_from_slice(&bytes);
+        }
+    }
+    out
+}
+
+/// Normal-ish activations of varied magnitude per block (block scales then differ a lot).
+fn activations(rng: &mut Rng, m: usize, cols: usize) -> Vec<f32> {
+    let mut x = rng.vec(m * cols, 1.0);
+    for (i, v) in x.iter_mut().enumerate() {
+        // a per-32 scale between 2^-6 and 2^6 and a few large outliers, like real hidden states
+        let s = ((i / 32) * 7 % 13) as i32 - 6;
+        *v *= 2f32.powi(s);
+        if i % 97 == 5 {
+            *v *= 30.0;
+        }
+    }
+    x
+}
+
+/// The CPU result (ggml's arithmetic: activations quantized, integer block sums, f32 block
+/// terms; float weights: f64 sums of f32 products).
+fn cpu_matmul(dtype: DType, w: &[u8], rows: usize, cols: usize, x: &[f32], m: usize) -> Vec<f32> {
+    let mut y = vec![0f32; m * rows];
+    let view = synaptix_kernels_cpu::WeightView {
+        dtype,
+        data: w,
+        rows,
+        cols,
+    };
+    synaptix_kernels_cpu::matmul(view, x, m, &mut y).unwrap();
+    y
+}
+
+/// Outputs `got[i][r]` (row-major `[m, rows]`) whose bits differ from the CPU's: their count
+/// and the first few, spelled out.
+fn bit_mismatches(got: &[f32], want: &[f32], rows: usize) -> (usize, String) {
+    assert_eq!(got.len(), want.len());
+    let bad: Vec<usize> = (0..want.len())
+        .filter(|&i| got[i].to_bits() != want[i].to_bits())
+        .collect();
+    let first: Vec<String> = bad
+        .iter()
+        .take(8)
+        .map(|&i| {
+            format!(
+                "y[{}][{}]: gpu {:e} ({:#010x}), cpu {:e} ({:#010x})",
+                i / rows,
+                i % rows,
+                got[i],
+                got[i].to_bits(),
+                want[i],
+                want[i].to_bits()
+            )
+        })
+        .collect();
+    (bad.len(), first.join("\n  "))
+}
+
+const QUANTIZED: [DType; 5] = [
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+];
+const SHAPES: [(usize, usize); 4] = [(64, 256), (300, 896), (896, 4864), (151, 1024)];
+const MS: [usize; 5] = [16, 17, 64, 100, 512];
+const TILES: [GemmTile; 3] = [GemmTile::Auto, GemmTile::Large, GemmTile::Small];
+
+/// Every output of `gemm_quantized` is bit for bit the CPU matmul's (same quantized activations,
+/// exact integer block sums, ggml's per-format f32 block terms added in k order from 0), for
+/// rows and m that are and are not multiples of the tiles, with both tiles.
+#[test]
+fn gemm_quantized_matches_cpu_bit_for_bit() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    for dtype in QUANTIZED {
+        for (rows, cols) in SHAPES {
+            let bytes = random_weights(&mut rng, dtype, rows, cols);
+            let dm = DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap();
+            for m in MS {
+                assert!(gemm::gemm_supported(dtype, m, cols));
+                let x = activations(&mut rng, m, cols);
+                let want = cpu_matmul(dtype, &bytes, rows, cols, &x, m);
+                let mut acts = DeviceActs::new(&dev, dtype, m, cols).unwrap();
+                ops::quantize_acts(&dev, &mut acts, &dev.upload(&x).unwrap()).unwrap();
+                for tile in TILES {
+                    let mut y = poisoned(&dev, m * rows);
+                    gemm::gemm_quantized_with(&dev, &mut y, &dm, &acts, tile).unwrap();
+                    let got = dev.download(&y).unwrap();
+                    let (n, first) = bit_mismatches(&got, &want, rows);
+                    assert!(
+                        n == 0,
+                        "gemm {dtype} [{rows} x {cols}] m={m} {tile:?}: {n} of {} outputs differ \
+                         from the CPU:\n  {first}",
+                        got.len()
+                    );
+                }
+            }
+            eprintln!(
+                "gemm {dtype:5} [{rows:4} x {cols:5}] m={MS:?}: every output bit-equal to the CPU"
+            );
+        }
+    }
+}
+
+/// One quantization serves several weight formats with the same activation format, bit for bit.
+#[test]
+fn gemm_quantized_shares_one_quantization() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let (cols, m) = (2048, 40);
+    let x = activations(&mut rng, m, cols);
+    let dx = dev.upload(&x).unwrap();
+    for group in [
+        &[DType::Q4_0, DType::Q5_0, DType::Q8_0][..],
+        &[DType::Q4_1, DType::Q5_1],
+    ] {
+        let mut acts = DeviceActs::new(&dev, group[0], m, cols).unwrap();
+        ops::quantize_acts(&dev, &mut acts, &dx).unwrap();
+        for (i, &dtype) in group.iter().enumerate() {
+            let rows = 100 + 37 * i;
+            let bytes = random_weights(&mut rng, dtype, rows, cols);
+            let dm = DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap();
+            let mut y = poisoned(&dev, m * rows);
+            gemm::gemm_quantized(&dev, &mut y, &dm, &acts).unwrap();
+            let got = dev.download(&y).unwrap();
+            let want = cpu_matmul(dtype, &bytes, rows, cols, &x, m);
+            let (n, first) = bit_mismatches(&got, &want, rows);
+            assert!(
+                n == 0,
+                "gemm {dtype}: {n} of {} outputs differ from the CPU:\n  {first}",
+                got.len()
+            );
+        }
+    }
+}
+
+/// F16 / BF16 weights: f32 accumulation of exact products against the CPU's f64 sums. Includes
+/// a row length that is a multiple of 16 but not of 32 (a half stage at the end).
+#[test]
+fn gemm_float_matches_cpu() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let shapes: Vec<(usize, usize)> = SHAPES.iter().copied().chain([(100, 80)]).collect();
+    for dtype in [DType::F16, DType::BF16] {
+        for &(rows, cols) in &shapes {
+            let bytes = random_weights(&mut rng, dtype, rows, cols);
+            let dm = DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap();
+            let mut worst = 0f64;
+            for m in MS {
+                assert!(gemm::gemm_supported(dtype, m, cols));
+                let x = activations(&mut rng, m, cols);
+                let want = cpu_matmul(dtype, &bytes, rows, cols, &x, m);
+                let dx = dev.upload(&x).unwrap();
+                let mut first: Option<Vec<f32>> = None;
+                for tile in TILES {
+                    let mut y = poisoned(&dev, m * rows);
+                    gemm::gemm_float_with(&dev, &mut y, &dm, &dx, tile).unwrap();
+                    let got = dev.download(&y).unwrap();
+                    let e = nmse(&got, &want);
+                    assert!(
+                        e < 1e-9,
+                        "gemm {dtype} [{rows} x {cols}] m={m} {tile:?}: nmse {e:e}"
+                    );
+                    worst = worst.max(e);
+                    // The tile does not change the mma steps of an output.
+                    match &first {
+                        None => first = Some(got),
+                        Some(f) => assert!(
+                            f.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "gemm {dtype} [{rows} x {cols}] m={m}: {tile:?} differs from Auto"
+                        ),
+                    }
+                }
+            }
+            eprintln!("gemm {dtype:5} [{rows:4} x {cols:5}] m={MS:?}: worst nmse {worst:.2e}");
+        }
+    }
+}
+
+#[test]
+fn gemm_supported_shapes() {
+    for dtype in QUANTIZED {
+        assert!(gemm::gemm_supported(dtype, 16, 896));
+        assert!(!gemm::gemm_supported(dtype, 15, 896));
+        assert!(!gemm::gemm_supported(dtype, 64, 80));
+    }
+    for dtype in [DType::F16, DType::BF16] {
+        assert!(gemm::gemm_supported(dtype, 64, 80));
+        assert!(!gemm::gemm_supported(dtype, 64, 72));
+    }
+    for dtype in [DType::F32, DType::Q2K, DType::Q4K, DType::Q6K] {
+        assert!(!gemm::gemm_supported(dtype, 512, 4096));
+    }
+}
+
+#[test]
+fn gemm_shape_errors_are_reported_not_launched() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let (rows, cols, m) = (40, 256, 20);
+    let bytes = random_weights(&mut rng, DType::Q4_0, rows, cols);
+    let dm = DeviceMatrix::upload(&dev, DType::Q4_0, rows, cols, &bytes).unwrap();
+    let x = dev.upload(&activations(&mut rng, m, cols)).unwrap();
+    let mut y = poisoned(&dev, m * rows);
+    // Activations of the wrong format (Q8_1, Q8_K) or length.
+    let q81 = DeviceActs::new(&dev, DType::Q4_1, m, cols).unwrap();
+    assert!(gemm::gemm_quantized(&dev, &mut y, &dm, &q81).is_err());
+    let q8k = DeviceActs::new(&dev, DType::Q4K, m, cols).unwrap();
+    assert!(gemm::gemm_quantized(&dev, &mut y, &dm, &q8k).is_err());
+    let short = DeviceActs::new(&dev, DType::Q4_0, m, cols - 32).unwrap();
+    assert!(gemm::gemm_quantized(&dev, &mut y, &dm, &short).is_err());
+    // y of the wrong length.
+    let mut acts = DeviceActs::new(&dev, DType::Q4_0, m, cols).unwrap();
+    ops::quantize_acts(&dev, &mut acts, &x).unwrap();
+    let mut y_short = poisoned(&dev, m * rows - 1);
+    assert!(gemm::gemm_quantized(&dev, &mut y_short, &dm, &acts).is_err());
+    // Float GEMM: quantized weights, rows not a multiple of 16, x not whole rows.
+    assert!(gemm::gemm_float(&dev, &mut y, &dm, &x).is_err());
+    let hb = random_weights(&mut rng, DType::F16, rows, 72);
+    let h72 = DeviceMatrix::upload(&dev, DType::F16, rows, 72, &hb).unwrap();
+    let x72 = dev.upload(&vec![0.5f32; m * 72]).unwrap();
+    assert!(gemm::gemm_float(&dev, &mut y, &h72, &x72).is_err());
+    let hb = random_weights(&mut rng, DType::F16, rows, cols);
+    let h = DeviceMatrix::upload(&dev, DType::F16, rows, cols, &hb).unwrap();
+    let x_odd = dev.upload(&vec![0.5f32; m * cols + 3]).unwrap();
+    assert!(gemm::gemm_float(&dev, &mut y, &h, &x_odd).is_err());
+    assert!(gemm::gemm_float(&dev, &mut y_short, &h, &x).is_err());
+    // Nothing was written by the rejected calls.
+    assert!(dev.download(&y).unwrap().iter().all(|v| v.is_nan()));
+}
