@@ -919,6 +919,211 @@ MATVEC_Q8(q5_k, mv_q5_k)
 MATVEC_Q8(q6_k, mv_q6_k)
 
 // ---------------------------------------------------------------------------------------------
+// Decode (one activation row) for the lane-major k-quants (Q3_K .. Q6_K): the same terms and
+// the same f32 chains as `matvec_q8`, bit for bit, without its block steps. The block first
+// transposes the whole activation row into shared memory (lane-major, as `mv_acts_step` does,
+// super-block sbx at sbx * MV_ACT_R), then each warp walks its own contiguous range of weight
+// rows, i.e. of super-blocks (rows are stored back to back), in rounds of 32 super-blocks that
+// may span several rows:
+// - the round's weights arrive in the warp's staging buffer by 4-byte asynchronous copies
+//   (coalesced; the next round flies while this one computes), super-block i in slot i of
+//   MVR_SW words (odd: thread i reading slot i is free of bank conflicts), from the word holding
+//   its first byte (Q3_K / Q6_K super-blocks may start 2 bytes into a word);
+// - thread i computes super-block i's 8 lane terms (and the min term) with the format's `load`,
+//   `lane_sum` and `min_sum`, exactly as `matvec_q8` does, and stores them to shared memory;
+// - lanes 0..7 own the lane chains and lane 8 the min chain of the current row: for each
+//   super-block in order they read their term and add it (the min chain subtracts), starting
+//   from 0.0f at the row's first super-block; after its last one, lane 0 adds the chains like
+//   `matvec_q8` (min chain or 0, then sums[0..8] left to right) and stores the output.
+// Grid: a few blocks per SM (MVR_WARPS warps each); dynamic shared memory mvr_smem_bytes.
+
+#define MVR_WARPS 4  // warps per thread block
+// Bytes per super-block of transposed activations: MV_ACT_T's layout, with a stride whose 16-byte
+// words are odd, so that the 8 threads of a quarter warp reading 16 bytes of 8 consecutive
+// super-blocks hit distinct banks.
+#define MV_ACT_R 304
+
+template <typename F>
+struct mvr_shape {
+    // 4-byte words copied per super-block (from the word holding its first byte: super-blocks of
+    // 110 or 210 bytes start at 0 or 2 mod 4), and the slot stride in words (odd).
+    static constexpr int WPS = (F::BYTES + (F::BYTES % 4 ? 2 : 0) + 3) / 4;
+    static constexpr int SW = WPS | 1;
+    // A staging buffer: 32 slots, then 4 words that `load` may read past the last slot.
+    static constexpr int BUF_WORDS = WARP * SW + 4;
+    // Per warp: two staging buffers, then 32 × 9 f32 terms (stride 9: conflict-free).
+    static constexpr int WARP_BYTES = 2 * BUF_WORDS * 4 + WARP * 9 * 4;
+};
+
+// Dynamic shared memory of `matvec_q8_rows_*` for rows of n_sb super-blocks (mirrored by ops.rs).
+template <typename F>
+constexpr int mvr_smem_bytes(int n_sb) {
+    return n_sb * MV_ACT_R + MVR_WARPS * mvr_shape<F>::WARP_BYTES;
+}
+
+// Asynchronous copy of 4 bytes of global memory to shared memory (both 4-byte aligned).
+__device__ __forceinline__ void mv_cp_async4(void* dst, const void* src) {
+    const u32 d = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(src) : "memory");
+}
+
+// Starts copying super-blocks u .. u + cnt of the weights (flattened over rows) into the slots
+// of `dst`; one copy group per call, empty or not. Word wi of super-block j: lane j * WPS + wi
+// mod 32 (consecutive lanes read consecutive words). Reads at most 2 bytes past a super-block
+// (inside WEIGHT_PAD after the last one).
+template <typename F>
+__device__ __forceinline__ void mvr_fetch(u32* dst, const u8* w, i64 u, int cnt, int lane) {
+    using R = mvr_shape<F>;
+    const i64 g0 = u * F::BYTES;
+    const int n = cnt * R::WPS;
+    int j = lane / R::WPS, wi = lane % R::WPS;
+    for (int f = lane; f < n; f += WARP) {
+        const i64 g = g0 + j * F::BYTES;
+        mv_cp_async4(dst + j * R::SW + wi, w + (g & ~(i64)3) + 4 * wi);
+        wi += WARP;
+        while (wi >= R::WPS) wi -= R::WPS, ++j;
+    }
+    mv_cp_commit();
+}
+
+// Writes task `id` (super-block id / 9, part id % 9) read by `s.read` for one activation row
+// (nc = 1, span = super-blocks per row): `mv_acts_step::write` with the stride MV_ACT_R.
+template <typename F>
+__device__ __forceinline__ void mvr_write_acts(const mv_acts_step& s, int id, u8* acts_t) {
+    const int sbx = id / 9, g = id - sbx * 9;
+    u8* dst = acts_t + sbx * MV_ACT_R;
+    if (g < 8) {
+        u32 o[8];  // even words hold lanes 0..3, odd words lanes 4..7
+        mv_transpose4(s.x.x, s.x.z, s.z.x, s.z.z, o[0], o[1], o[2], o[3]);
+        mv_transpose4(s.x.y, s.x.w, s.z.y, s.z.w, o[4], o[5], o[6], o[7]);
+#pragma unroll
+        for (int l = 0; l < 8; ++l) *(u32*)(dst + 32 * l + 4 * g) = o[l];
+    } else {
+        if (F::MIN)
+            *(uint4*)(dst + 256) = make_uint4(mv_pair_sum(s.x.x) | mv_pair_sum(s.x.y) << 16,
+                                              mv_pair_sum(s.x.z) | mv_pair_sum(s.x.w) << 16,
+                                              mv_pair_sum(s.z.x) | mv_pair_sum(s.z.y) << 16,
+                                              mv_pair_sum(s.z.z) | mv_pair_sum(s.z.w) << 16);
+        *(float*)(dst + 272) = s.d;
+    }
+}
+
+template <typename F>
+__device__ void matvec_q8_rows(float* __restrict__ y, const u8* __restrict__ w,
+                               const u8* __restrict__ acts, long long meta_off,
+                               long long bsums_off, int n_out, int k,
+                               const float* __restrict__ bias, const float* __restrict__ residual) {
+    static_assert(F::KIND == MV_LANES, "lane-major k-quants only");
+    using R = mvr_shape<F>;
+    constexpr int T9 = 9;  // terms per super-block in `tt`: 8 lanes, the min term
+    extern __shared__ uint4 mvr_smem[];
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const int n_sb = k / QK_K;
+    u8* acts_t = (u8*)mvr_smem;
+    u8* mine = (u8*)mvr_smem + n_sb * MV_ACT_R + warp * R::WARP_BYTES;
+    u32* stage = (u32*)mine;                              // two buffers of BUF_WORDS
+    float* tt = (float*)(mine + 2 * R::BUF_WORDS * 4);   // term l of slot i at i * 9 + l
+
+    // This warp's rows [r0, r1): super-blocks [u0, u0 + n_u) of the weights.
+    const i64 n_warps = (i64)gridDim.x * MVR_WARPS;
+    const i64 gw = (i64)blockIdx.x * MVR_WARPS + warp;
+    const int r0 = (int)(gw * n_out / n_warps), r1 = (int)((gw + 1) * n_out / n_warps);
+    const i64 u0 = (i64)r0 * n_sb;
+    const int n_u = (r1 - r0) * n_sb;
+    const int n_rounds = (n_u + WARP - 1) / WARP;
+    auto fetch = [&](int q) {
+        const int cnt = max(0, min(WARP, n_u - q * WARP));
+        mvr_fetch<F>(stage + (q & 1) * R::BUF_WORDS, w, u0 + q * WARP, cnt, lane);
+    };
+    fetch(0);
+    fetch(1);
+
+    // The activation row, lane-major; loads of up to 4 tasks in flight per thread.
+    {
+        constexpr int NT = 4;
+        const int n_tasks = n_sb * 9;
+        for (int id0 = threadIdx.x; id0 < n_tasks; id0 += NT * MVR_WARPS * WARP) {
+            mv_acts_step s[NT];
+            bool ok[NT];
+#pragma unroll
+            for (int i = 0; i < NT; ++i)
+                ok[i] = s[i].read<F>(id0 + i * MVR_WARPS * WARP, acts, meta_off, bsums_off, k, 0, 1,
+                                     0, n_sb, n_sb);
+#pragma unroll
+            for (int i = 0; i < NT; ++i)
+                if (ok[i]) mvr_write_acts<F>(s[i], id0 + i * MVR_WARPS * WARP, acts_t);
+        }
+    }
+    __syncthreads();
+
+    float v = 0.0f;  // lane l < 8: chain l of the current row; lane 8: its min chain
+    const int own = min(lane, 8);
+    for (int q = 0; q < n_rounds; ++q) {
+        mv_cp_wait<1>();  // this thread's copies of round q have landed
+        __syncwarp();     // and every lane's
+        const int cnt = min(WARP, n_u - q * WARP);
+        if (lane < cnt) {
+            const int i = q * WARP + lane;  // super-block of the warp's range
+            const int sbx = i % n_sb;        // of its row
+            const i64 g = (u0 + i) * F::BYTES;
+            const u8* b = (const u8*)(stage + (q & 1) * R::BUF_WORDS + lane * R::SW) +
+                          (F::BYTES % 4 ? (int)(g & 3) : 0);
+            const u8* at = acts_t + sbx * MV_ACT_R;
+            const float da = *(const float*)(at + 272);
+            F f;
+#pragma unroll
+            for (int t = 0; t < 8; ++t) {
+                f.load(b, t);
+                const uint4 x = *(const uint4*)(at + 32 * t), z = *(const uint4*)(at + 32 * t + 16);
+                const u32 a[8] = {x.x, x.y, x.z, x.w, z.x, z.y, z.z, z.w};
+                tt[lane * T9 + t] = __fmul_rn(__fmul_rn(f.d, da), (float)f.lane_sum(a));
+            }
+            if constexpr (F::MIN) {
+                const int summ = f.min_sum(*(const uint4*)(at + 256));
+                tt[lane * T9 + 8] = __fmul_rn(__fmul_rn(f.dmin, da), (float)summ);
+            }
+        }
+        __syncwarp();  // terms visible; this round's buffer free
+        fetch(q + 2);
+        // The chains, in super-block order.
+        int pos = (q * WARP) % n_sb;  // position of super-block s in its row
+        for (int s = 0; s < cnt; ++s) {
+            if (pos == 0) v = 0.0f;
+            const float x = tt[s * T9 + own];
+            // ggml: sums[l] += (d·d_a) · lane_l; sum -= (dmin·d_a) Σ min·bsum
+            v = (F::MIN && lane == 8) ? __fsub_rn(v, x) : __fadd_rn(v, x);
+            if (++pos == n_sb) {  // the row's last super-block (warp-uniform)
+                pos = 0;
+                float sums[9];
+#pragma unroll
+                for (int l = 0; l < 9; ++l) sums[l] = __shfl_sync(MV_FULL, v, l);
+                if (lane == 0) {
+                    // ggml: sum (Q4_K / Q5_K's min chain, else 0) + sums[0] + ... + sums[7]
+                    float o = F::MIN ? sums[8] : 0.0f;
+#pragma unroll
+                    for (int l = 0; l < 8; ++l) o = __fadd_rn(o, sums[l]);
+                    const int row = r0 + (q * WARP + s) / n_sb;
+                    y[row] = mv_epilogue(o, bias, residual, row, row);
+                }
+            }
+        }
+    }
+    mv_cp_wait<0>();  // no copy outlives the block
+}
+
+#define MATVEC_Q8_ROWS(name, fmt)                                                                \
+    extern "C" __global__ void __launch_bounds__(MVR_WARPS * WARP, 4)                            \
+        matvec_q8_rows_##name(float* y, const u8* w, const u8* acts, long long meta_off,         \
+                              long long bsums_off, int n_out, int k, const float* bias,          \
+                              const float* residual) {                                           \
+        matvec_q8_rows<fmt>(y, w, acts, meta_off, bsums_off, n_out, k, bias, residual);          \
+    }
+MATVEC_Q8_ROWS(q3_k, mv_q3_k)
+MATVEC_Q8_ROWS(q4_k, mv_q4_k)
+MATVEC_Q8_ROWS(q5_k, mv_q5_k)
+MATVEC_Q8_ROWS(q6_k, mv_q6_k)
+
+// ---------------------------------------------------------------------------------------------
 // Float weights the way ggml's CPU computes them: the activation rounded to the weight's type
 // (F16: half, BF16: bfloat16, F32: as is), each product w·x rounded to f32 and summed in f64.
 // The CPU adds the products to one f64 sum in element order; here each lane sums its own

@@ -47,11 +47,10 @@ __device__ __forceinline__ float round_half_away(float v) {
 }
 
 // Q8_0 (and Q8_1 when `Q81`): one warp per 32-element block, lane i holding element i.
+// Block `b` of x (by the calling warp).
 template <bool Q81>
-__device__ void quantize_q8_32(const float* x, u8* out, long long meta, int n_blocks) {
+__device__ void quantize_q8_32_block(const float* x, u8* out, long long meta, int b) {
     const int lane = threadIdx.x % WARP;
-    const int b = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
-    if (b >= n_blocks) return;  // whole warps leave together
     const float v = x[(i64)b * 32 + lane];
     const float av = fabsf(v);
     // amax = MAX(amax, |x_j|) in element order, C's MAX(a, b) = a > b ? a : b: a NaN replaces
@@ -78,6 +77,13 @@ __device__ void quantize_q8_32(const float* x, u8* out, long long meta, int n_bl
     }
 }
 
+template <bool Q81>
+__device__ void quantize_q8_32(const float* x, u8* out, long long meta, int n_blocks) {
+    const int b = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (b >= n_blocks) return;  // whole warps leave together
+    quantize_q8_32_block<Q81>(x, out, meta, b);
+}
+
 extern "C" __global__ void quantize_q8_0(const float* x, u8* out, long long meta, int n_blocks) {
     quantize_q8_32<false>(x, out, meta, n_blocks);
 }
@@ -86,12 +92,9 @@ extern "C" __global__ void quantize_q8_1(const float* x, u8* out, long long meta
     quantize_q8_32<true>(x, out, meta, n_blocks);
 }
 
-// Q8_K: one warp per 256-element block, lane i holding elements 8i .. 8i + 7.
-extern "C" __global__ void quantize_q8_k(const float* x, u8* out, long long meta, long long bsums,
-                                         int n_blocks) {
+// Q8_K block `b` of x (by the calling warp), lane i holding elements 8i .. 8i + 7.
+__device__ void quantize_q8_k_block(const float* x, u8* out, long long meta, long long bsums, int b) {
     const int lane = threadIdx.x % WARP;
-    const int b = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
-    if (b >= n_blocks) return;
     const float4* xv = (const float4*)(x + (i64)b * QK_K + 8 * lane);
     const float4 v0 = xv[0], v1 = xv[1];
     const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
@@ -147,3 +150,125 @@ extern "C" __global__ void quantize_q8_k(const float* x, u8* out, long long meta
     if (lane % 2 == 0) bs[lane / 2] = (short)group;
     if (lane == 0) *dptr = __fdiv_rn(1.0f, iscale);
 }
+
+// Q8_K: one warp per 256-element block.
+extern "C" __global__ void quantize_q8_k(const float* x, u8* out, long long meta, long long bsums,
+                                         int n_blocks) {
+    const int b = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (b >= n_blocks) return;
+    quantize_q8_k_block(x, out, meta, bsums, b);
+}
+
+// RMSNorm (as norm.cu's rms_norm_vec_f32: the same operations, so the same values) writing y,
+// then the block quantizes its row of y for the matvecs that follow: FMT 0 Q8_0, 1 Q8_1,
+// 2 Q8_K, laid out as the quantize kernels above lay it out. One block per row (1024 threads,
+// so that its warps quantize up to 32 activation blocks at once); cols % 4 == 0,
+// cols <= 16 * blockDim.x and a multiple of the block length.
+template <int FMT>
+__device__ void rms_norm_quant(float* y, u8* out, long long meta, long long bsums, const float* x, const float* w,
+                               int cols, float eps) {
+    const int row = blockIdx.x;
+    const float4* xr = (const float4*)(x + (i64)row * cols);
+    float4* yr = (float4*)(y + (i64)row * cols);
+    const float4* wr = (const float4*)w;
+    const int n4 = cols / 4;
+    float4 v[4];
+    double ss = 0.0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i < n4) {
+            v[j] = xr[i];
+            ss += (double)__fmul_rn(v[j].x, v[j].x) + (double)__fmul_rn(v[j].y, v[j].y) +
+                  (double)__fmul_rn(v[j].z, v[j].z) + (double)__fmul_rn(v[j].w, v[j].w);
+        }
+    }
+    ss = block_sum_f64(ss);
+    const float mean = (float)(ss / (double)cols);
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i < n4) {
+            const float4 g = wr[i];
+            yr[i] = make_float4(__fmul_rn(__fmul_rn(v[j].x, scale), g.x), __fmul_rn(__fmul_rn(v[j].y, scale), g.y),
+                                __fmul_rn(__fmul_rn(v[j].z, scale), g.z), __fmul_rn(__fmul_rn(v[j].w, scale), g.w));
+        }
+    }
+    __syncthreads();  // the row of y is visible to the whole block
+    const int bl = FMT == 2 ? QK_K : 32;
+    const int per_row = cols / bl;
+    for (int bb = threadIdx.x / WARP; bb < per_row; bb += blockDim.x / WARP) {
+        const int b = row * per_row + bb;
+        if (FMT == 2) {
+            quantize_q8_k_block(y, out, meta, bsums, b);
+        } else {
+            quantize_q8_32_block<FMT == 1>(y, out, meta, b);
+        }
+    }
+}
+
+extern "C" __global__ void rms_norm_q8_0(float* y, u8* out, long long meta, long long bsums, const float* x,
+                                         const float* w, int cols, float eps) {
+    rms_norm_quant<0>(y, out, meta, bsums, x, w, cols, eps);
+}
+extern "C" __global__ void rms_norm_q8_1(float* y, u8* out, long long meta, long long bsums, const float* x,
+                                         const float* w, int cols, float eps) {
+    rms_norm_quant<1>(y, out, meta, bsums, x, w, cols, eps);
+}
+extern "C" __global__ void rms_norm_q8_k(float* y, u8* out, long long meta, long long bsums, const float* x,
+                                         const float* w, int cols, float eps) {
+    rms_norm_quant<2>(y, out, meta, bsums, x, w, cols, eps);
+}
+
+// The gated activation of an MLP (as elementwise.cu's swiglu_f32 / geglu_f32: the same
+// operations) writing y, quantized for the down projection as it is computed: one warp per
+// activation block (32 values for Q8_0 / Q8_1, lane i computing value i; 256 for Q8_K, lane i
+// computing values 8i .. 8i + 7), which then quantizes the block it wrote. ACT 0: SiLU (ggml's
+// polynomial exp for groups of four, expf for a row's tail), 1: GELU from ggml's f16 table.
+// Grid: ceil(blocks / 8) blocks of 8 warps, over all rows' activation blocks.
+template <int ACT>
+__device__ __forceinline__ float glu_value(const float* gate, const float* up, i64 i, int c, int cols,
+                                           const u16* table) {
+    const float g = gate[i];
+    float a;
+    if (ACT == 0) {
+        const float e = c < cols / 4 * 4 ? ggml_expf(__fsub_rn(0.0f, g)) : expf(-g);
+        a = __fdiv_rn(g, __fadd_rn(1.0f, e));
+    } else {
+        a = g <= -10.0f ? 0.0f : (g >= 10.0f ? g : f16_to_f32(table[f32_to_f16(g)]));
+    }
+    return __fmul_rn(a, up[i]);
+}
+
+template <int FMT, int ACT>
+__device__ void glu_quant(float* y, u8* out, long long meta, long long bsums, const float* gate, const float* up,
+                          int cols, int n_blocks, const u16* table) {
+    const int lane = threadIdx.x % WARP;
+    const int b = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (b >= n_blocks) return;  // whole warps leave together
+    const int bl = FMT == 2 ? QK_K : 32;
+    const int per = bl / WARP;  // values per lane
+    for (int j = 0; j < per; ++j) {
+        const i64 i = (i64)b * bl + lane * per + j;
+        y[i] = glu_value<ACT>(gate, up, i, (int)(i % cols), cols, table);
+    }
+    __syncwarp();  // the block of y is visible to the warp
+    if (FMT == 2) {
+        quantize_q8_k_block(y, out, meta, bsums, b);
+    } else {
+        quantize_q8_32_block<FMT == 1>(y, out, meta, b);
+    }
+}
+
+#define GLU_QUANT(name, fmt, act)                                                                      \
+    extern "C" __global__ void name(float* y, u8* out, long long meta, long long bsums, const float* gate, \
+                                    const float* up, int cols, int n_blocks, const u16* table) {        \
+        glu_quant<fmt, act>(y, out, meta, bsums, gate, up, cols, n_blocks, table);                     \
+    }
+GLU_QUANT(swiglu_q8_0, 0, 0)
+GLU_QUANT(swiglu_q8_1, 1, 0)
+GLU_QUANT(swiglu_q8_k, 2, 0)
+GLU_QUANT(geglu_q8_0, 0, 1)
+GLU_QUANT(geglu_q8_1, 1, 1)
+GLU_QUANT(geglu_q8_k, 2, 1)

@@ -11,6 +11,7 @@ mod attention;
 pub mod compile;
 mod device;
 mod error;
+pub mod fused;
 pub mod gemm;
 pub mod ops;
 pub mod probe;

@@ -7,6 +7,13 @@ use synaptix_core::DType;
 use crate::{CudaDevice, CudaError, DeviceBuffer, Result};
 
 const THREADS: u32 = 256;
+/// Threads per row of `rms_norm_vec_f32`, as the fused RMSNorm + quantization uses (the f64
+/// sum is grouped by the thread count, so both give the same values). 256 and 1024 measured
+/// the same on Qwen2.5 0.5B decode (within ±10 t/s); 1024 lets the fused kernel's warps
+/// quantize a 1024-value row in one round.
+pub(crate) const fn norm_vec_threads() -> u32 {
+    1024
+}
 
 fn grid_for(n: usize) -> u32 {
     n.div_ceil(THREADS as usize) as u32
@@ -224,7 +231,7 @@ pub fn rms_norm(
     )?;
     let rows = x.len() / cols;
     let c32 = i32_arg("rms_norm", "cols", cols)?;
-    if cols.is_multiple_of(4) && cols <= 16 * THREADS as usize {
+    if cols.is_multiple_of(4) && cols <= 16 * 256 {
         // Rows held in registers, 16-byte loads.
         let f = dev.function("norm", "rms_norm_vec_f32")?;
         let mut l = dev.stream().launch_builder(&f);
@@ -235,7 +242,7 @@ pub fn rms_norm(
         unsafe {
             l.launch(LaunchConfig {
                 grid_dim: (rows as u32, 1, 1),
-                block_dim: (THREADS, 1, 1),
+                block_dim: (norm_vec_threads(), 1, 1),
                 shared_mem_bytes: 0,
             })
         }?;
@@ -481,7 +488,7 @@ pub struct DeviceActs {
     pub(crate) cols: usize,
     /// Byte offsets of the per-block scales and of the Q8_K sums of 16.
     pub(crate) meta_offset: usize,
-    bsums_offset: usize,
+    pub(crate) bsums_offset: usize,
     pub(crate) buf: DeviceBuffer<u8>,
 }
 
@@ -763,6 +770,91 @@ fn matvec_short(
     Ok(())
 }
 
+/// Warps per thread block of `matvec_q8_rows_*` (MVR_WARPS in kernels/matvec.cu).
+const MVR_WARPS: usize = 4;
+/// Shared memory a block may use without opting in.
+const MVR_DEFAULT_SHARED: usize = 48 * 1024;
+
+/// Dynamic shared memory of `matvec_q8_rows_*` for `cols` (kernels/matvec.cu:
+/// `mvr_smem_bytes`): the transposed activation row (304 bytes per super-block), then per warp
+/// two staging buffers of 32 slots (odd word counts, 4 spare words) and 32 × 9 f32 terms.
+fn mv_rows_shared(dtype: DType, cols: usize) -> usize {
+    let bytes = dtype.block_bytes();
+    let words = (bytes + if bytes.is_multiple_of(4) { 0 } else { 2 }).div_ceil(4);
+    let slot = words | 1;
+    let warp = 2 * (32 * slot + 4) * 4 + 32 * 9 * 4;
+    cols / 256 * 304 + MVR_WARPS * warp
+}
+
+/// `matvec_q8_rows_*`: one activation row against Q3_K .. Q6_K weights, each warp streaming
+/// whole weight rows; shapes and epilogue checked by the caller. `Ok(false)` (nothing
+/// launched) when its shared memory does not fit this GPU (very long rows).
+fn matvec_rows(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    acts: &DeviceActs,
+    epi: Epilogue,
+) -> Result<bool> {
+    let f = dev.function(
+        "matvec",
+        &format!("matvec_q8_rows_{}", suffix("matvec", w.dtype)?),
+    )?;
+    let smem = mv_rows_shared(w.dtype, w.cols);
+    if smem > MVR_DEFAULT_SHARED && smem > dev.max_shared_memory(&f)? {
+        return Ok(false);
+    }
+    let threads = (MVR_WARPS * 32) as u32;
+    let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)? as usize;
+    if per_sm == 0 {
+        return Ok(false);
+    }
+    // A few blocks per SM (each transposes the activation row once, then its warps split the
+    // rows), and no block without rows.
+    let blocks = (per_sm.min(4) * sm_count(dev)).min(w.rows.div_ceil(MVR_WARPS));
+    let (r32, c32) = (
+        i32_arg("matvec", "rows", w.rows)?,
+        i32_arg("matvec", "cols", w.cols)?,
+    );
+    let (meta, bsums) = (acts.meta_offset as i64, acts.bsums_offset as i64);
+    let mut l = dev.stream().launch_builder(&f);
+    l.arg(y)
+        .arg(&w.data)
+        .arg(&acts.buf)
+        .arg(&meta)
+        .arg(&bsums)
+        .arg(&r32)
+        .arg(&c32);
+    let null = 0u64;
+    epilogue_args(&mut l, &epi, &null);
+    // SAFETY: the shapes were checked (the epilogue's too) and m == 1: the warps split the rows
+    // into disjoint ranges and write y[row] (plus bias[row], residual[row] reads) for their own
+    // rows only; weight reads stay inside the row's super-blocks but for at most 2 bytes past
+    // the last one (inside WEIGHT_PAD); activation reads cover the one row of `acts`; the
+    // dynamic shared memory is `mv_rows_shared`, which the kernel's layout needs exactly and
+    // the function was opted into above when over the default.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: smem as u32,
+        })
+    }?;
+    Ok(true)
+}
+
+/// Whether one activation row against `w` goes to `matvec_q8_rows_*`: measured on an H200 it
+/// beats the block-step kernel for Q4_K (and its relatives Q3_K, Q5_K) on rows up to 8192
+/// (4096×4096: 819 vs 651 GB/s, 18944×3584: 1117 vs 830) but not on longer rows (3584×18944:
+/// 754 vs 865) nor for Q6_K. `SYNAPTIX_NO_ROWS_KERNEL` set: never.
+fn use_rows_kernel(w: &DeviceMatrix) -> bool {
+    static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    !*DISABLED.get_or_init(|| std::env::var_os("SYNAPTIX_NO_ROWS_KERNEL").is_some())
+        && matches!(w.dtype, DType::Q3K | DType::Q4K | DType::Q5K)
+        && w.cols > 0
+        && w.cols <= 8192
+}
+
 /// Whether `m` activation rows against `[_, k]` weights of `dtype` go to the tensor-core GEMM
 /// (`SYNAPTIX_NO_GEMM` set: never, for comparisons).
 fn use_gemm(dtype: DType, m: usize, k: usize) -> bool {
@@ -842,6 +934,9 @@ pub fn matvec_quantized_with(
     }
     if w.dtype.block_len() == 32 && w.cols <= 1024 && m <= MV_COLS {
         return matvec_short(dev, y, w, acts, epi);
+    }
+    if m == 1 && use_rows_kernel(w) && matvec_rows(dev, y, w, acts, epi)? {
+        return Ok(());
     }
     let f = dev.function(
         "matvec",

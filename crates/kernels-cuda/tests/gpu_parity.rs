@@ -1033,3 +1033,128 @@ fn rope_qk_matches_separate_rotations_and_scale() {
     let table = dev.upload(&[0f32; 32]).unwrap();
     assert!(ops::rope_qk(&dev, &mut q, &mut k, &table, p, 1, Some(0.5)).is_err());
 }
+
+/// The fused RMSNorm + activation quantization gives bit for bit what `rms_norm` then
+/// `quantize_acts` give, for the three activation formats.
+#[test]
+fn fused_rms_norm_quantize_matches_separate_ops() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    for (weight, rows, cols) in [
+        (DType::Q4_0, 1, 896),
+        (DType::Q4_1, 3, 2048),
+        (DType::Q4K, 1, 3584),
+        (DType::Q6K, 5, 1536),
+        (DType::Q8_0, 7, 640),
+    ] {
+        let x = activations(&mut rng, rows, cols);
+        let w = rng.vec(cols, 1.0);
+        let (dx, dw) = (dev.upload(&x).unwrap(), dev.upload(&w).unwrap());
+        let mut want_y = poisoned(&dev, rows * cols);
+        ops::rms_norm(&dev, &mut want_y, &dx, &dw, 1e-6).unwrap();
+        let mut want = ops::DeviceActs::new(&dev, weight, rows, cols).unwrap();
+        ops::quantize_acts(&dev, &mut want, &want_y).unwrap();
+        let mut got_y = poisoned(&dev, rows * cols);
+        let mut got = ops::DeviceActs::new(&dev, weight, rows, cols).unwrap();
+        synaptix_kernels_cuda::fused::rms_norm_quantized(
+            &dev, &mut got_y, &mut got, &dx, &dw, 1e-6,
+        )
+        .unwrap();
+        let bits = |b: &DeviceBuffer<f32>| -> Vec<u32> {
+            dev.download(b)
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect()
+        };
+        assert_eq!(
+            bits(&got_y),
+            bits(&want_y),
+            "{weight} [{rows}, {cols}]: normed values"
+        );
+        assert_eq!(
+            got.to_ggml_bytes(&dev).unwrap(),
+            want.to_ggml_bytes(&dev).unwrap(),
+            "{weight} [{rows}, {cols}]: quantized activations"
+        );
+    }
+}
+
+/// Decode of long k-quant rows (up to Qwen2.5 7B's MLP down projection, k = 18944), through
+/// the one-row kernel (`matvec_q8_rows_*`, rounds of 32 super-blocks across row boundaries) or
+/// the block-step kernel, bit for bit the CPU's.
+#[test]
+fn matvec_matches_cpu_long_k_quant_rows() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    // 7936 columns (31 super-blocks: rounds of 32 cross rows) take the row kernel for Q3_K to
+    // Q5_K; 18944 columns the block-step kernel.
+    for dtype in [DType::Q3K, DType::Q4K, DType::Q5K, DType::Q6K] {
+        for cols in [7936, 18_944] {
+            assert_matvec_bit_exact(&dev, &mut rng, dtype, (130, cols), &[1]);
+        }
+    }
+}
+
+/// The fused MLP activation + quantization gives bit for bit what `glu` then `quantize_acts`
+/// give (SwiGLU and the GELU table, Q8_0 and Q8_1 activations; Q8_K is not fused).
+#[test]
+fn fused_glu_quantize_matches_separate_ops() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let table: Vec<u16> = (0..=u16::MAX)
+        .map(|h| {
+            let x = half::f16::from_bits(h).to_f32();
+            let g = 0.5 * x * (1.0 + (0.797_884_6 * x * (1.0 + 0.044715 * x * x)).tanh());
+            half::f16::from_f32(g).to_bits()
+        })
+        .collect();
+    let dtable = dev.upload(&table).unwrap();
+    for kind in [ops::Glu::Silu, ops::Glu::GeluTanh] {
+        for (weight, rows, cols) in [
+            (DType::Q4_0, 1, 4864),
+            (DType::Q4_1, 2, 1024),
+            (DType::Q5_1, 3, 2048),
+        ] {
+            let gate = rng.vec(rows * cols, 4.0);
+            let up = rng.vec(rows * cols, 2.0);
+            let (dg, du) = (dev.upload(&gate).unwrap(), dev.upload(&up).unwrap());
+            let mut want_y = poisoned(&dev, rows * cols);
+            ops::glu(&dev, kind, &mut want_y, &dg, &du, cols, Some(&dtable)).unwrap();
+            let mut want = ops::DeviceActs::new(&dev, weight, rows, cols).unwrap();
+            ops::quantize_acts(&dev, &mut want, &want_y).unwrap();
+            let mut got_y = poisoned(&dev, rows * cols);
+            let mut got = ops::DeviceActs::new(&dev, weight, rows, cols).unwrap();
+            synaptix_kernels_cuda::fused::glu_quantized(
+                &dev,
+                kind,
+                &mut got_y,
+                &mut got,
+                &dg,
+                &du,
+                Some(&dtable),
+            )
+            .unwrap();
+            let bits = |b: &DeviceBuffer<f32>| -> Vec<u32> {
+                dev.download(b)
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.to_bits())
+                    .collect()
+            };
+            assert_eq!(
+                bits(&got_y),
+                bits(&want_y),
+                "{kind:?} {weight}: activations"
+            );
+            assert_eq!(
+                got.to_ggml_bytes(&dev).unwrap(),
+                want.to_ggml_bytes(&dev).unwrap(),
+                "{kind:?} {weight}: quantized activations"
+            );
+        }
+    }
+}

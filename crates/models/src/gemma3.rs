@@ -185,14 +185,17 @@ impl<B: Backend> Block<B> {
         name: &str,
         tap: &mut dyn Tap,
     ) -> Result<()> {
-        let h = self.attn_norm.forward(be, x)?;
+        let a = &self.attn;
+        let h = self.attn_norm.forward_for(be, x, &[&a.q, &a.k, &a.v])?;
         record(be, tap, name, "attn_norm", &h)?;
         let attn = self.attn.forward(be, &h, pos, kv, name, tap)?;
         let attn = self.post_attention_norm.forward(be, &attn)?;
         record(be, tap, name, "attn_post_norm", &attn)?;
         be.add(x, &attn)?;
         record(be, tap, name, "sa_out", x)?;
-        let h = self.ffn_norm.forward(be, x)?;
+        let h = self
+            .ffn_norm
+            .forward_for(be, x, &[&self.mlp.gate, &self.mlp.up])?;
         record(be, tap, name, "ffn_norm", &h)?;
         let ffn = self.mlp.forward(be, &h, name, tap)?;
         record(be, tap, name, "ffn_out", &ffn)?;

@@ -62,6 +62,18 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// RMSNorm of every `w.len()`-long piece of each row (whole rows, or attention heads).
     fn rms_norm(&self, x: &Self::Tensor, w: &Self::Vector, eps: f32) -> Result<Self::Tensor>;
+    /// [`Backend::rms_norm`] whose output feeds the weights `consumers` (through `linear_many`):
+    /// a backend may prepare their input (quantize it) in the same step.
+    fn rms_norm_for(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Vector,
+        eps: f32,
+        consumers: &[&Self::Matrix],
+    ) -> Result<Self::Tensor> {
+        let _ = consumers;
+        self.rms_norm(x, w, eps)
+    }
     /// Rotates `x: [rows, n_heads * head_dim]` in place.
     fn rope(
         &self,
@@ -94,6 +106,18 @@ pub trait Backend: Send + Sync + 'static {
     fn add(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()>;
     /// `act(gate) * up`.
     fn glu(&self, gate: &Self::Tensor, up: &Self::Tensor, act: Activation) -> Result<Self::Tensor>;
+    /// [`Backend::glu`] whose output feeds the weight `consumer`: a backend may prepare its
+    /// input (quantize it) in the same step.
+    fn glu_for(
+        &self,
+        gate: &Self::Tensor,
+        up: &Self::Tensor,
+        act: Activation,
+        consumer: &Self::Matrix,
+    ) -> Result<Self::Tensor> {
+        let _ = consumer;
+        self.glu(gate, up, act)
+    }
     /// Stores `k, v` at the step's positions, then attends `q` over the cache.
     fn attention(
         &self,

@@ -20,7 +20,8 @@ impl<B: Backend> PreNormBlock<B> {
         name: &str,
         tap: &mut dyn Tap,
     ) -> Result<()> {
-        let h = self.attn_norm.forward(be, x)?;
+        let a = &self.attn;
+        let h = self.attn_norm.forward_for(be, x, &[&a.q, &a.k, &a.v])?;
         record(be, tap, name, "attn_norm", &h)?;
         // The output projections add into the residual stream in one step, unless a tap wants
         // what they produce on its own.
@@ -33,7 +34,9 @@ impl<B: Backend> PreNormBlock<B> {
             self.attn.o.forward_add(be, &attn, x)?;
         }
         record(be, tap, name, "ffn_inp", x)?;
-        let h = self.ffn_norm.forward(be, x)?;
+        let h = self
+            .ffn_norm
+            .forward_for(be, x, &[&self.mlp.gate, &self.mlp.up])?;
         record(be, tap, name, "ffn_norm", &h)?;
         let act = self.mlp.activate(be, &h, name, tap)?;
         if tap.wants(&format!("{name}.ffn_out")) {

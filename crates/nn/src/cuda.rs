@@ -7,7 +7,7 @@ use synaptix_core::DType;
 use synaptix_kernels_cuda::ops::{
     self, AttentionParams, DeviceActs, DeviceKv, DeviceMatrix, Epilogue, Glu, RopeParams,
 };
-use synaptix_kernels_cuda::{sample, CudaDevice, DeviceBuffer};
+use synaptix_kernels_cuda::{fused, sample, CudaDevice, DeviceBuffer};
 use synaptix_sample::DevicePick;
 
 use crate::backend::{Backend, DecodeStep};
@@ -20,6 +20,8 @@ pub struct CudaTensor {
     pub buf: DeviceBuffer<f32>,
     pub rows: usize,
     pub cols: usize,
+    /// `buf` already quantized for the matvecs it feeds (by a fused RMSNorm).
+    pub prepared: Option<Arc<DeviceActs>>,
 }
 
 /// Positions of one step: on the GPU for the kernels, on the host for bookkeeping, plus the
@@ -116,8 +118,16 @@ impl CudaBackend {
             buf: unsafe { self.device.uninit(rows * cols) }?,
             rows,
             cols,
+            prepared: None,
         })
     }
+}
+
+/// `SYNAPTIX_NO_FUSION` set: RMSNorm and the MLP activation run apart from the quantization of
+/// their outputs (for comparisons).
+fn fusion_disabled() -> bool {
+    static DISABLED: OnceLock<bool> = OnceLock::new();
+    *DISABLED.get_or_init(|| std::env::var_os("SYNAPTIX_NO_FUSION").is_some())
 }
 
 fn mismatch(op: &'static str, detail: String) -> NnError {
@@ -238,7 +248,7 @@ impl Backend for CudaBackend {
         ws: &[(&DeviceMatrix, Option<&DeviceBuffer<f32>>)],
     ) -> Result<Vec<CudaTensor>> {
         // x quantized once per activation format the weights need.
-        let mut prepared: Vec<(DType, DeviceActs)> = Vec::new();
+        let mut prepared: Vec<(DType, Arc<DeviceActs>)> = Vec::new();
         let mut out = Vec::with_capacity(ws.len());
         for &(w, bias) in ws {
             if x.cols != w.cols {
@@ -258,8 +268,15 @@ impl Backend for CudaBackend {
                     let at = match prepared.iter().position(|(f, _)| *f == format) {
                         Some(at) => at,
                         None => {
-                            let mut acts = DeviceActs::new(&self.device, w.dtype, x.rows, x.cols)?;
-                            ops::quantize_acts(&self.device, &mut acts, &x.buf)?;
+                            let acts = match &x.prepared {
+                                Some(p) if p.dtype() == format => p.clone(),
+                                _ => {
+                                    let mut acts =
+                                        DeviceActs::new(&self.device, w.dtype, x.rows, x.cols)?;
+                                    ops::quantize_acts(&self.device, &mut acts, &x.buf)?;
+                                    Arc::new(acts)
+                                }
+                            };
                             prepared.push((format, acts));
                             prepared.len() - 1
                         }
@@ -297,6 +314,37 @@ impl Backend for CudaBackend {
         Ok(())
     }
 
+    fn rms_norm_for(
+        &self,
+        x: &CudaTensor,
+        w: &DeviceBuffer<f32>,
+        eps: f32,
+        consumers: &[&DeviceMatrix],
+    ) -> Result<CudaTensor> {
+        if fusion_disabled() {
+            return self.rms_norm(x, w, eps);
+        }
+        // One activation format for every consumer: normalise and quantize in one launch.
+        let formats: Vec<Option<DType>> = consumers
+            .iter()
+            .map(|w| ops::activation_format(w.dtype))
+            .collect();
+        let (Some(first), Some(Some(format))) = (consumers.first(), formats.first()) else {
+            return self.rms_norm(x, w, eps);
+        };
+        if formats.iter().any(|f| *f != Some(*format))
+            || !fused::rms_norm_quantized_supported(x.cols, *format)
+            || w.len() != x.cols
+        {
+            return self.rms_norm(x, w, eps);
+        }
+        let mut y = self.tensor(x.rows, x.cols)?;
+        let mut acts = DeviceActs::new(&self.device, first.dtype, x.rows, x.cols)?;
+        fused::rms_norm_quantized(&self.device, &mut y.buf, &mut acts, &x.buf, w, eps)?;
+        y.prepared = Some(Arc::new(acts));
+        Ok(y)
+    }
+
     fn rms_norm(&self, x: &CudaTensor, w: &DeviceBuffer<f32>, eps: f32) -> Result<CudaTensor> {
         let mut y = self.tensor(x.rows, x.cols)?;
         ops::rms_norm(&self.device, &mut y.buf, &x.buf, w, eps)?;
@@ -311,6 +359,7 @@ impl Backend for CudaBackend {
         head_dim: usize,
         pos: &CudaPositions,
     ) -> Result<()> {
+        x.prepared = None;
         let params = RopeParams {
             n_heads,
             head_dim,
@@ -331,6 +380,8 @@ impl Backend for CudaBackend {
         pos: &CudaPositions,
         q_scale: Option<f32>,
     ) -> Result<()> {
+        q.prepared = None;
+        k.prepared = None;
         let params = RopeParams {
             n_heads,
             head_dim,
@@ -356,6 +407,7 @@ impl Backend for CudaBackend {
     }
 
     fn scale(&self, x: &mut CudaTensor, s: f32) -> Result<()> {
+        x.prepared = None;
         Ok(ops::scale(&self.device, &mut x.buf, s)?)
     }
 
@@ -370,6 +422,49 @@ impl Backend for CudaBackend {
         ops::add(&self.device, &mut out.buf, &x.buf, &y.buf)?;
         *x = out;
         Ok(())
+    }
+
+    fn glu_for(
+        &self,
+        gate: &CudaTensor,
+        up: &CudaTensor,
+        act: Activation,
+        consumer: &DeviceMatrix,
+    ) -> Result<CudaTensor> {
+        let Some(format) = ops::activation_format(consumer.dtype) else {
+            return self.glu(gate, up, act);
+        };
+        if fusion_disabled() {
+            return self.glu(gate, up, act);
+        }
+        if !fused::glu_quantized_supported(gate.cols, format)
+            || consumer.cols != gate.cols
+            || up.rows != gate.rows
+            || up.cols != gate.cols
+        {
+            return self.glu(gate, up, act);
+        }
+        let kind = match act {
+            Activation::Silu => Glu::Silu,
+            Activation::GeluTanh => Glu::GeluTanh,
+        };
+        let table = match kind {
+            Glu::GeluTanh => Some(self.gelu_table()?),
+            Glu::Silu => None,
+        };
+        let mut y = self.tensor(gate.rows, gate.cols)?;
+        let mut acts = DeviceActs::new(&self.device, consumer.dtype, gate.rows, gate.cols)?;
+        fused::glu_quantized(
+            &self.device,
+            kind,
+            &mut y.buf,
+            &mut acts,
+            &gate.buf,
+            &up.buf,
+            table,
+        )?;
+        y.prepared = Some(Arc::new(acts));
+        Ok(y)
     }
 
     fn glu(&self, gate: &CudaTensor, up: &CudaTensor, act: Activation) -> Result<CudaTensor> {
@@ -436,6 +531,7 @@ impl Backend for CudaBackend {
             buf,
             rows: 1,
             cols: x.cols,
+            prepared: None,
         })
     }
 
@@ -531,6 +627,7 @@ impl Backend for CudaBackend {
     }
 
     fn softcap(&self, x: &mut CudaTensor, cap: f32) -> Result<()> {
+        x.prepared = None;
         Ok(ops::softcap(&self.device, &mut x.buf, cap)?)
     }
 }

@@ -61,7 +61,7 @@ impl<B: Backend> GatedMlp<B> {
         let [gate, up] = Linear::forward_many(be, x, [&self.gate, &self.up])?;
         record(be, tap, name, "ffn_gate", &gate)?;
         record(be, tap, name, "ffn_up", &up)?;
-        let act = be.glu(&gate, &up, self.activation)?;
+        let act = be.glu_for(&gate, &up, self.activation, &self.down.weight)?;
         record(be, tap, name, "ffn_act", &act)?;
         Ok(act)
     }

@@ -22,6 +22,18 @@ impl<B: Backend> RmsNorm<B> {
     pub fn forward(&self, be: &B, x: &B::Tensor) -> Result<B::Tensor> {
         be.rms_norm(x, &self.weight, self.eps)
     }
+
+    /// [`RmsNorm::forward`] for an output that feeds the linear layers `consumers` (the backend
+    /// may prepare their input in the same step).
+    pub fn forward_for(
+        &self,
+        be: &B,
+        x: &B::Tensor,
+        consumers: &[&crate::Linear<B>],
+    ) -> Result<B::Tensor> {
+        let ws: Vec<&B::Matrix> = consumers.iter().map(|l| &l.weight).collect();
+        be.rms_norm_for(x, &self.weight, self.eps, &ws)
+    }
 }
 
 /// One row in place, as ggml computes it: the sum of squares in f64, `1/sqrtf(mean + eps)`,
