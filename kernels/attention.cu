@@ -24,6 +24,8 @@ __device__ __forceinline__ i64 kv_index(const i32* table, int t, int h, int d, i
 extern "C" __global__ void attention_f32(float* out, const float* q, const u16* k, const u16* v,
                                          const i32* table, const i32* pos, int n_heads, int n_kv_heads,
                                          int hd, float scale, int window) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     extern __shared__ float smem[];
     const int h = blockIdx.x, row = blockIdx.y;
     const int kvh = h / (n_heads / n_kv_heads);
@@ -164,6 +166,8 @@ extern "C" __global__ void attention_scores_f32(float* scores, float* smax, floa
                                                 const float* q, const u16* k, const i32* table, const i32* pos,
                                                 int n_heads, int n_kv_heads, int hd, float scale, int window,
                                                 int capacity, int span_len, int n_spans) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     extern __shared__ float smem[];
     const int span = blockIdx.x, h = blockIdx.y, row = blockIdx.z;
     DecodeRange r;
@@ -241,6 +245,8 @@ extern "C" __global__ void attention_pv_f32(float* out, double* partial, u32* ti
                                             const float* stats, const u16* v, const i32* table, const i32* pos,
                                             int n_heads, int n_kv_heads, int hd, int window, int capacity,
                                             int span_len, int n_spans) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     extern __shared__ float probs[];
     __shared__ double red[ATTN_THREADS];
     const int span = blockIdx.x, h = blockIdx.y, row = blockIdx.z;
@@ -320,6 +326,8 @@ extern "C" __global__ void attention_pv_f32(float* out, double* partial, u32* ti
 // Writes k, v: [rows, n_kv_heads * hd] (f32) into the paged caches at positions pos[row].
 extern "C" __global__ void kv_store_f32(u16* kc, u16* vc, const float* k, const float* v, const i32* table,
                                         const i32* pos, int n_kv_heads, int hd) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     const int row = blockIdx.y;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n_kv_heads * hd) return;

@@ -17,6 +17,25 @@ typedef long long i64;
 #define INFINITY __int_as_float(0x7f800000)
 #define QK_K 256
 
+// Programmatic dependent launch (sm_90+). The host launches every kernel of these files with
+// CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (crates/kernels-cuda/src/launch.rs), so
+// a kernel may start before the previous one on the stream has finished. Every kernel begins
+// with PDL_WAIT(), before any global memory access: `griddepcontrol.wait` blocks until every
+// prerequisite grid has COMPLETED and its memory operations are visible, which keeps each
+// kernel's semantics those of plain stream order. PDL_TRIGGER() (`griddepcontrol.launch_
+// dependents`) then lets the next kernel be scheduled while this one runs; that kernel's own
+// PDL_WAIT() still waits for this grid to complete, so an early trigger only overlaps launch
+// latency and the dependent's pre-wait prologue (nothing). Placed after the wait, at most one
+// dependent grid sits waiting at a time. Below sm_90 both compile to nothing (the instructions
+// do not exist there, and without PDL the stream serialises the kernels anyway).
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
+#define PDL_TRIGGER() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define PDL_WAIT()
+#define PDL_TRIGGER()
+#endif
+
 __device__ __forceinline__ float f16_to_f32(u16 h) {
     float f;
     asm("{ .reg .b16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));

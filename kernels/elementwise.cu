@@ -3,18 +3,24 @@
 
 // out[i] = a[i] + b[i]
 extern "C" __global__ void add_f32(float* out, const float* a, const float* b, int n) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = a[i] + b[i];
 }
 
 // x[i] *= s
 extern "C" __global__ void scale_f32(float* x, float s, int n) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] *= s;
 }
 
 // x: [rows, cols] += bias: [cols]
 extern "C" __global__ void add_bias_f32(float* x, const float* bias, int rows, int cols) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < rows * cols) x[i] += bias[i % cols];
 }
@@ -22,6 +28,8 @@ extern "C" __global__ void add_bias_f32(float* x, const float* bias, int rows, i
 // SwiGLU: out = silu(gate) * up, over rows of `cols`. As the reference: ggml's polynomial exp
 // for groups of four within a row, libm-style expf for the row's tail.
 extern "C" __global__ void swiglu_f32(float* out, const float* gate, const float* up, int n, int cols) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         const float g = gate[i];
@@ -35,6 +43,8 @@ extern "C" __global__ void swiglu_f32(float* out, const float* gate, const float
 // table of f16 values (`table`: 65536 entries indexed by the f16 bits of the input, built on the
 // host exactly as the CPU builds it), saturating outside ±10.
 extern "C" __global__ void geglu_f32(float* out, const float* gate, const float* up, int n, const u16* table) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         const float x = gate[i];
@@ -45,6 +55,8 @@ extern "C" __global__ void geglu_f32(float* out, const float* gate, const float*
 
 // x = cap * tanh(x / cap) (final-logit soft-capping)
 extern "C" __global__ void softcap_f32(float* x, float cap, int n) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) x[i] = cap * tanhf(x[i] / cap);
 }

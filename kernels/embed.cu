@@ -14,6 +14,8 @@ __device__ void get_rows(float* out, const u8* table, const i32* ids, int cols, 
 #define GET_ROWS(name, fmt)                                                                      \
     extern "C" __global__ void get_rows_##name(float* out, const u8* table, const i32* ids,     \
                                                int cols, float scale) {                          \
+        PDL_WAIT();                                                                              \
+        PDL_TRIGGER();                                                                           \
         get_rows<fmt>(out, table, ids, cols, scale);                                             \
     }
 FOR_EACH_FORMAT(GET_ROWS)

@@ -472,11 +472,15 @@ __device__ void gemm_q8(float* __restrict__ y, const u8* __restrict__ w, const u
     extern "C" __global__ void __launch_bounds__(256, 2)                                            \
         gemm_q8_##name##_l(float* y, const u8* w, const u8* acts, long long meta_off, int n_out,    \
                            int k, int m) {                                                          \
+        PDL_WAIT();                                                                                 \
+        PDL_TRIGGER();                                                                              \
         gemm_q8<fmt, 128, 64, GM_NSTAGE_Q>(y, w, acts, meta_off, n_out, k, m);                      \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(128, 4)                                            \
         gemm_q8_##name##_s(float* y, const u8* w, const u8* acts, long long meta_off, int n_out,    \
                            int k, int m) {                                                          \
+        PDL_WAIT();                                                                                 \
+        PDL_TRIGGER();                                                                              \
         gemm_q8<fmt, 64, 64, GM_NSTAGE_Q>(y, w, acts, meta_off, n_out, k, m);                       \
     }
 GEMM_Q8(q4_0, gm_q4_0)
@@ -491,11 +495,15 @@ GEMM_Q8(q8_0, gm_q8_0)
 // x (f32) rounded to f16 (round to nearest even, as ggml's FP32_TO_FP16) or to bf16 (ggml's
 // FP32_TO_BF16: nearest even, NaN kept quiet), n values.
 extern "C" __global__ void gemm_round_f16(u16* __restrict__ out, const float* __restrict__ x, int n) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = f32_to_f16(x[i]);
 }
 
 extern "C" __global__ void gemm_round_bf16(u16* __restrict__ out, const float* __restrict__ x, int n) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const u32 u = __float_as_uint(x[i]);
@@ -609,10 +617,14 @@ __device__ void gemm_half(float* __restrict__ y, const u16* __restrict__ w, cons
 #define GEMM_HALF(name, bf)                                                                         \
     extern "C" __global__ void __launch_bounds__(256, 2)                                            \
         gemm_##name##_l(float* y, const u16* w, const u16* x, int n_out, int k, int m) {            \
+        PDL_WAIT();                                                                                 \
+        PDL_TRIGGER();                                                                              \
         gemm_half<bf, 128, 128, 64, 32, GM_NSTAGE_F>(y, w, x, n_out, k, m);                         \
     }                                                                                               \
     extern "C" __global__ void __launch_bounds__(128, 4)                                            \
         gemm_##name##_s(float* y, const u16* w, const u16* x, int n_out, int k, int m) {            \
+        PDL_WAIT();                                                                                 \
+        PDL_TRIGGER();                                                                              \
         gemm_half<bf, 64, 64, 32, 32, GM_NSTAGE_F>(y, w, x, n_out, k, m);                           \
     }
 GEMM_HALF(f16, false)

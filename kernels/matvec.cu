@@ -31,6 +31,8 @@ __device__ void matvec(float* y, const u8* w, const float* x, int n_out, int n_i
 #define MATVEC(name, fmt)                                                                        \
     extern "C" __global__ void matvec_##name(float* y, const u8* w, const float* x, int n_out,   \
                                              int n_in) {                                         \
+        PDL_WAIT();                                                                              \
+        PDL_TRIGGER();                                                                           \
         matvec<fmt>(y, w, x, n_out, n_in);                                                       \
     }
 FOR_EACH_FORMAT(MATVEC)
@@ -892,6 +894,8 @@ __device__ void matvec_q8_short(float* __restrict__ y, const u8* __restrict__ w,
     extern "C" __global__ void matvec_q8_short_##name(float* y, const u8* w, const u8* acts,     \
                                                       long long meta_off, int n_out, int k, int m, \
                                                       const float* bias, const float* residual) { \
+        PDL_WAIT();                                                                              \
+        PDL_TRIGGER();                                                                           \
         matvec_q8_short<fmt>(y, w, acts, meta_off, n_out, k, m, bias, residual);                 \
     }
 MATVEC_Q8_SHORT(q4_0, mv_q4_0)
@@ -905,6 +909,8 @@ MATVEC_Q8_SHORT(q8_0, mv_q8_0)
         matvec_q8_##name(float* y, const u8* w, const u8* acts, long long meta_off,              \
                          long long bsums_off, int n_out, int k, int m, int wpr, const float* bias, \
                          const float* residual) {                                                \
+        PDL_WAIT();                                                                              \
+        PDL_TRIGGER();                                                                           \
         matvec_q8<fmt>(y, w, acts, meta_off, bsums_off, n_out, k, m, wpr, bias, residual);       \
     }
 MATVEC_Q8(q4_0, mv_q4_0)
@@ -1116,6 +1122,8 @@ __device__ void matvec_q8_rows(float* __restrict__ y, const u8* __restrict__ w,
         matvec_q8_rows_##name(float* y, const u8* w, const u8* acts, long long meta_off,         \
                               long long bsums_off, int n_out, int k, const float* bias,          \
                               const float* residual) {                                           \
+        PDL_WAIT();                                                                              \
+        PDL_TRIGGER();                                                                           \
         matvec_q8_rows<fmt>(y, w, acts, meta_off, bsums_off, n_out, k, bias, residual);          \
     }
 MATVEC_Q8_ROWS(q3_k, mv_q3_k)
@@ -1229,6 +1237,8 @@ __device__ void matvec_float(float* __restrict__ y, const u8* __restrict__ w,
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV_MIN_BLOCKS)                 \
         matvec_float_##name(float* y, const u8* w, const float* x, int n_out, int k, int m,      \
                             const float* bias, const float* residual) {                          \
+        PDL_WAIT();                                                                              \
+        PDL_TRIGGER();                                                                           \
         matvec_float<t>(y, w, x, n_out, k, m, bias, residual);                                   \
     }
 MATVEC_FLOAT(f32, 0)

@@ -4,6 +4,8 @@
 // out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * w, for rows of `cols` values (cols == len(w)).
 // Rows may be attention heads (QK-norm): the caller passes rows * heads rows of head_dim.
 extern "C" __global__ void rms_norm_f32(float* out, const float* x, const float* w, int cols, float eps) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     const int row = blockIdx.x;
     const float* xr = x + (i64)row * cols;
     float* yr = out + (i64)row * cols;
@@ -20,6 +22,8 @@ extern "C" __global__ void rms_norm_f32(float* out, const float* x, const float*
 // its (up to four) float4 of the row in registers between the two passes, so the row is read
 // once, with 16-byte loads. One block per row.
 extern "C" __global__ void rms_norm_vec_f32(float* out, const float* x, const float* w, int cols, float eps) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     const int row = blockIdx.x;
     const float4* xr = (const float4*)(x + (i64)row * cols);
     float4* yr = (float4*)(out + (i64)row * cols);

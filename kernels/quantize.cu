@@ -85,10 +85,14 @@ __device__ void quantize_q8_32(const float* x, u8* out, long long meta, int n_bl
 }
 
 extern "C" __global__ void quantize_q8_0(const float* x, u8* out, long long meta, int n_blocks) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     quantize_q8_32<false>(x, out, meta, n_blocks);
 }
 
 extern "C" __global__ void quantize_q8_1(const float* x, u8* out, long long meta, int n_blocks) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     quantize_q8_32<true>(x, out, meta, n_blocks);
 }
 
@@ -154,6 +158,8 @@ __device__ void quantize_q8_k_block(const float* x, u8* out, long long meta, lon
 // Q8_K: one warp per 256-element block.
 extern "C" __global__ void quantize_q8_k(const float* x, u8* out, long long meta, long long bsums,
                                          int n_blocks) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     const int b = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (b >= n_blocks) return;
     quantize_q8_k_block(x, out, meta, bsums, b);
@@ -210,14 +216,20 @@ __device__ void rms_norm_quant(float* y, u8* out, long long meta, long long bsum
 
 extern "C" __global__ void rms_norm_q8_0(float* y, u8* out, long long meta, long long bsums, const float* x,
                                          const float* w, int cols, float eps) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     rms_norm_quant<0>(y, out, meta, bsums, x, w, cols, eps);
 }
 extern "C" __global__ void rms_norm_q8_1(float* y, u8* out, long long meta, long long bsums, const float* x,
                                          const float* w, int cols, float eps) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     rms_norm_quant<1>(y, out, meta, bsums, x, w, cols, eps);
 }
 extern "C" __global__ void rms_norm_q8_k(float* y, u8* out, long long meta, long long bsums, const float* x,
                                          const float* w, int cols, float eps) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     rms_norm_quant<2>(y, out, meta, bsums, x, w, cols, eps);
 }
 
@@ -264,6 +276,8 @@ __device__ void glu_quant(float* y, u8* out, long long meta, long long bsums, co
 #define GLU_QUANT(name, fmt, act)                                                                      \
     extern "C" __global__ void name(float* y, u8* out, long long meta, long long bsums, const float* gate, \
                                     const float* up, int cols, int n_blocks, const u16* table) {        \
+        PDL_WAIT();                                                                                    \
+        PDL_TRIGGER();                                                                                 \
         glu_quant<fmt, act>(y, out, meta, bsums, gate, up, cols, n_blocks, table);                     \
     }
 GLU_QUANT(swiglu_q8_0, 0, 0)

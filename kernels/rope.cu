@@ -5,6 +5,8 @@
 // angle, computed on the host exactly as the CPU reference computes them. Rotates the first
 // n_rot dimensions of each head: pairs (2i, 2i+1) when neox == 0, (i, i + n_rot/2) otherwise.
 extern "C" __global__ void rope_f32(float* x, const float* cs, int n_heads, int head_dim, int n_rot, int neox) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     const int row = blockIdx.y;
     const int half = n_rot / 2;
     const int t = blockIdx.x * blockDim.x + threadIdx.x;  // one (head, pair) per thread
@@ -25,6 +27,8 @@ extern "C" __global__ void rope_f32(float* x, const float* cs, int n_heads, int 
 // k: [rows, n_k * head_dim]; threads (head, pair) cover the query heads, then the key heads.
 extern "C" __global__ void rope_qk_f32(float* q, float* k, const float* cs, int n_q, int n_k, int head_dim,
                                        int n_rot, int neox, float scale_q, int use_scale) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     const int row = blockIdx.y;
     const int half = n_rot / 2;
     int t = blockIdx.x * blockDim.x + threadIdx.x;

@@ -3,6 +3,8 @@
 
 // out[0] = index of the largest x (lowest index on ties). One block.
 extern "C" __global__ void argmax_f32(i32* out, const float* x, int n) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     __shared__ float best_v[1024];
     __shared__ int best_i[1024];
     float bv = -INFINITY;
@@ -43,6 +45,8 @@ extern "C" __global__ void argmax_f32(i32* out, const float* x, int n) {
 extern "C" __global__ void apply_penalties_f32(float* x, int n, const i32* pairs, const i32* live,
                                                int capacity, float repeat, float frequency,
                                                float presence) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     const int count = min(max(live[0], 0), capacity);
     for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < count; p += gridDim.x * blockDim.x) {
         const int id = pairs[2 * p];
@@ -285,10 +289,14 @@ __device__ void tk_merge(const u64* partial, int m, int k, i32* ids, float* vals
 #define TK_KERNELS(E)                                                                          \
     extern "C" __global__ void __launch_bounds__(TK_THREADS)                                   \
         topk_partial_f32_e##E(const float* x, int n, int k, u64* partial) {                    \
+        PDL_WAIT();                                                                            \
+        PDL_TRIGGER();                                                                         \
         tk_partial<E>(x, n, k, partial);                                                       \
     }                                                                                          \
     extern "C" __global__ void __launch_bounds__(TK_THREADS)                                   \
         topk_merge_e##E(const u64* partial, int m, int k, i32* ids, float* vals, i32* count) { \
+        PDL_WAIT();                                                                            \
+        PDL_TRIGGER();                                                                         \
         tk_merge<E>(partial, m, k, ids, vals, count);                                          \
     }
 TK_KERNELS(1)
@@ -303,6 +311,8 @@ TK_KERNELS(16)
 // the first launch.
 extern "C" __global__ void argmax_blocks_f32(i32* out, const float* x, int n, float* partial_v,
                                              int* partial_i, unsigned int* done) {
+    PDL_WAIT();
+    PDL_TRIGGER();
     __shared__ float best_v[256];
     __shared__ int best_i[256];
     __shared__ bool last;

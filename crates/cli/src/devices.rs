@@ -112,6 +112,18 @@ fn amx_state(f: &synaptix_kernels_cpu::CpuFeatures) -> &'static str {
     }
 }
 
+/// What the CUDA backend runs on a GPU of compute capability `cc`.
+fn kernel_paths(cc: (i32, i32)) -> String {
+    if cc < synaptix_kernels_cuda::MIN_COMPUTE_CAPABILITY {
+        return "none: the kernels need compute capability 8.0 or newer".into();
+    }
+    "decode: one CUDA graph per KV cache; matvec with 8-bit activations and exact-order block \
+     sums (dp4a); split-K attention over a paged f16 KV cache; penalties, top-k and argmax on \
+     the device. prefill: int8 and f16/bf16 tensor-core GEMM (mma.sync), k-quants with \
+     their scales folded in. sm_90: programmatic dependent launch"
+        .into()
+}
+
 /// The CUDA side of `devices`, probed without touching cudarc when the libraries are absent.
 fn gpu_report(compile: bool) -> Result<serde_json::Value> {
     use synaptix_kernels_cuda::{compile, cuda_status, sources, CudaStatus};
@@ -131,7 +143,7 @@ fn gpu_report(compile: bool) -> Result<serde_json::Value> {
                     "memory_bytes": g.total_memory,
                     "free_bytes": g.free_memory,
                     "arch": g.arch(),
-                    "kernel_paths": "matvec: dequantize in registers, one warp per row; attention: one block per head",
+                    "kernel_paths": kernel_paths(g.compute_capability),
                 });
                 if compile {
                     let start = std::time::Instant::now();

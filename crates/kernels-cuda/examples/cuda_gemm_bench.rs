@@ -17,10 +17,20 @@
 //! - `gemm+q`: quantization of the activations and the GEMM (float formats: rounding x to the
 //!   weight type is part of `gemm` already);
 //! - `matvec`: `ops::matvec` (quantization included).
+//!
+//! K-quant formats (q2_k .. q6_k) run `gemm_k::gemm_k_quantized` (one tile: the three GEMM
+//! columns are the same kernel). `ops::matvec` dispatches them to that GEMM too, unless
+//! `SYNAPTIX_NO_GEMM=1` is set, which makes the `matvec` column the matvec kernel again (the
+//! GEMM columns call the GEMMs directly):
+//!
+//! ```text
+//! SYNAPTIX_NO_GEMM=1 cargo run --release -p synaptix-kernels-cuda --example cuda_gemm_bench -- --formats q4_k,q6_k
+//! ```
 
 use cudarc::driver::sys::CUevent_flags;
 use synaptix_core::DType;
 use synaptix_kernels_cuda::gemm::{self, GemmTile};
+use synaptix_kernels_cuda::gemm_k;
 use synaptix_kernels_cuda::ops::{self, DeviceActs, DeviceMatrix};
 use synaptix_kernels_cuda::{cuda_status, CudaDevice, CudaStatus, DeviceBuffer, Result};
 
@@ -32,7 +42,7 @@ const SHAPES: [(usize, usize); 5] = [
     (18944, 3584),
 ];
 
-const FORMATS: [DType; 7] = [
+const FORMATS: [DType; 12] = [
     DType::F16,
     DType::BF16,
     DType::Q8_0,
@@ -40,6 +50,11 @@ const FORMATS: [DType; 7] = [
     DType::Q4_1,
     DType::Q5_0,
     DType::Q5_1,
+    DType::Q2K,
+    DType::Q3K,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
 ];
 
 struct Rng(u64);
@@ -78,7 +93,10 @@ fn weights(rng: &mut Rng, dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
     }
     let d = half::f16::from_f32(0.01).to_le_bytes();
     let fields: &[usize] = match dtype {
-        DType::Q4_1 | DType::Q5_1 => &[0, 2],
+        DType::Q4_1 | DType::Q5_1 | DType::Q4K | DType::Q5K => &[0, 2],
+        DType::Q2K => &[80, 82],
+        DType::Q3K => &[108],
+        DType::Q6K => &[208],
         _ => &[0],
     };
     for b in out.chunks_exact_mut(dtype.block_bytes()) {
@@ -135,7 +153,9 @@ fn args() -> Args {
                     })
                     .collect()
             }
-            other => panic!("unknown argument {other} (--iters N, --m N, --formats f16,q8_0,q4_0)"),
+            other => panic!(
+                "unknown argument {other} (--iters N, --m N, --formats f16,q8_0,q4_0,q4_k,q6_k)"
+            ),
         }
         i += 2;
     }
@@ -181,7 +201,8 @@ fn main() -> Result<()> {
         let flops = 2.0 * a.m as f64 * rows as f64 * cols as f64;
         let tf = |us: f64| flops / (us * 1e-6) / 1e12;
         for &dtype in &a.formats {
-            if !gemm::gemm_supported(dtype, a.m, cols) {
+            let k_quant = gemm_k::gemm_k_supported(dtype, a.m, cols);
+            if !gemm::gemm_supported(dtype, a.m, cols) && !k_quant {
                 println!(
                     "{:>12} {:>5} | not supported by the GEMM",
                     format!("{rows}x{cols}"),
@@ -205,6 +226,7 @@ fn main() -> Result<()> {
                 None
             };
             let run = |y: &mut DeviceBuffer<f32>, tile: GemmTile| match &acts {
+                Some(acts) if k_quant => gemm_k::gemm_k_quantized(&dev, y, &w, acts),
                 Some(acts) => gemm::gemm_quantized_with(&dev, y, &w, acts, tile),
                 None => gemm::gemm_float_with(&dev, y, &w, &dx, tile),
             };
@@ -214,7 +236,11 @@ fn main() -> Result<()> {
             let with_q = match acts.as_mut() {
                 Some(acts) => time(&dev, a.iters, || {
                     ops::quantize_acts(&dev, acts, &dx)?;
-                    gemm::gemm_quantized(&dev, &mut y, &w, acts)
+                    if k_quant {
+                        gemm_k::gemm_k_quantized(&dev, &mut y, &w, acts)
+                    } else {
+                        gemm::gemm_quantized(&dev, &mut y, &w, acts)
+                    }
                 })?,
                 None => auto,
             };

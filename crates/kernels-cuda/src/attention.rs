@@ -9,8 +9,9 @@
 //!   memory and arguments depend only on the cache's shapes, so a decode step can be captured in
 //!   a CUDA graph (the kernels read the positions on the device).
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::LaunchConfig;
 
+use crate::launch::Launch;
 use crate::{CudaDevice, CudaError, DeviceBuffer, Result};
 
 /// Positions per KV page (`KV_PAGE` in `kernels/attention.cu`).
@@ -210,15 +211,15 @@ pub fn kv_store(
     )?;
     let f = dev.function("attention", "kv_store_f32")?;
     let (h, d) = (kv.n_kv_heads as i32, kv.head_dim as i32);
-    let mut l = dev.stream().launch_builder(&f);
+    let mut l = Launch::new(dev, &f);
     l.arg(&mut kv.k)
         .arg(&mut kv.v)
         .arg(k)
         .arg(v)
         .arg(&kv.block_table)
         .arg(positions)
-        .arg(&h)
-        .arg(&d);
+        .arg(h)
+        .arg(d);
     // SAFETY: positions are below the capacity (the caller's KV bookkeeping guarantees it).
     unsafe {
         l.launch(LaunchConfig {
@@ -355,7 +356,7 @@ fn attention_decode(
     };
 
     let f = dev.function("attention", "attention_scores_f32")?;
-    let mut l = dev.stream().launch_builder(&f);
+    let mut l = Launch::new(dev, &f);
     l.arg(&mut s.scores)
         .arg(&mut s.smax)
         .arg(&mut s.stats)
@@ -364,14 +365,14 @@ fn attention_decode(
         .arg(&kv.k)
         .arg(&kv.block_table)
         .arg(positions)
-        .arg(&nh)
-        .arg(&nkv)
-        .arg(&hd32)
-        .arg(&scale)
-        .arg(&win)
-        .arg(&cap)
-        .arg(&sl)
-        .arg(&ns);
+        .arg(nh)
+        .arg(nkv)
+        .arg(hd32)
+        .arg(scale)
+        .arg(win)
+        .arg(cap)
+        .arg(sl)
+        .arg(ns);
     // SAFETY: grid (spans, n_heads, rows) over q: [rows, n_heads, hd] and the scratch sized for
     // at least `rows` rows of n_heads heads × spans × span (stats: 2, tickets: 1 per head, zero
     // between launches); shared memory holds hd query values, span scores and span / KV_PAGE
@@ -385,7 +386,7 @@ fn attention_decode(
     }?;
 
     let f = dev.function("attention", "attention_pv_f32")?;
-    let mut l = dev.stream().launch_builder(&f);
+    let mut l = Launch::new(dev, &f);
     l.arg(out)
         .arg(&mut s.partial)
         .arg(&mut s.tickets_pv)
@@ -394,13 +395,13 @@ fn attention_decode(
         .arg(&kv.v)
         .arg(&kv.block_table)
         .arg(positions)
-        .arg(&nh)
-        .arg(&nkv)
-        .arg(&hd32)
-        .arg(&win)
-        .arg(&cap)
-        .arg(&sl)
-        .arg(&ns);
+        .arg(nh)
+        .arg(nkv)
+        .arg(hd32)
+        .arg(win)
+        .arg(cap)
+        .arg(sl)
+        .arg(ns);
     // SAFETY: same grid, ATTN_THREADS threads (the kernel's reduction array) and hd <=
     // ATTN_THREADS (checked by `attention`); reads what the previous launch wrote for spans
     // [lo, hi] and V at positions [first, pos[row]]; writes hd f64 per (row, head, span) into
@@ -449,18 +450,18 @@ pub fn attention_single_block(
     })?;
     let (nh, nkv, hd) = (n_heads as i32, kv.n_kv_heads as i32, kv.head_dim as i32);
     let win = window.map_or(0, |w| w as i32);
-    let mut l = dev.stream().launch_builder(&f);
+    let mut l = Launch::new(dev, &f);
     l.arg(out)
         .arg(q)
         .arg(&kv.k)
         .arg(&kv.v)
         .arg(&kv.block_table)
         .arg(positions)
-        .arg(&nh)
-        .arg(&nkv)
-        .arg(&hd)
-        .arg(&scale)
-        .arg(&win);
+        .arg(nh)
+        .arg(nkv)
+        .arg(hd)
+        .arg(scale)
+        .arg(win);
     // SAFETY: one block per (head, row); scores fit the dynamic shared memory sized above.
     unsafe {
         l.launch(LaunchConfig {

@@ -1,4 +1,5 @@
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
@@ -10,6 +11,9 @@ use crate::compile::compile;
 use crate::probe::{cuda_status, CudaStatus, GpuInfo};
 use crate::sources::find;
 use crate::{CudaError, Result};
+
+/// The oldest GPU generation the kernels are written for (Ampere).
+pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (8, 0);
 
 /// Device memory holding `T`s.
 pub type DeviceBuffer<T> = CudaSlice<T>;
@@ -25,6 +29,10 @@ pub struct CudaDevice {
     /// One zeroed u32 that multi-block reductions count finished blocks in (each launch leaves
     /// it at zero again).
     block_counter: std::sync::OnceLock<DeviceBuffer<u32>>,
+    /// Whether this GPU and driver can take programmatic dependent launches (crate::launch).
+    pdl_supported: bool,
+    /// Whether launches use them now (`SYNAPTIX_NO_PDL` unset at creation, or `set_pdl`).
+    pdl: AtomicBool,
 }
 
 impl std::fmt::Debug for CudaDevice {
@@ -36,14 +44,26 @@ impl std::fmt::Debug for CudaDevice {
 impl CudaDevice {
     /// Opens GPU `ordinal`; a clear error when CUDA or that GPU is missing.
     pub fn new(ordinal: usize) -> Result<CudaDevice> {
-        let gpus = match cuda_status() {
+        let (gpus, driver_version) = match cuda_status() {
             CudaStatus::Unavailable(why) => return Err(CudaError::Unavailable(why.clone())),
-            CudaStatus::Available { gpus, .. } => gpus,
+            CudaStatus::Available {
+                gpus,
+                driver_version,
+                ..
+            } => (gpus, *driver_version),
         };
         let info = gpus.get(ordinal).cloned().ok_or(CudaError::NoSuchDevice {
             ordinal,
             count: gpus.len(),
         })?;
+        // cp.async, int8 mma.sync and the other sm_80 instructions the kernels use.
+        if info.compute_capability < MIN_COMPUTE_CAPABILITY {
+            return Err(CudaError::TooOld {
+                name: info.name.clone(),
+                major: info.compute_capability.0,
+                minor: info.compute_capability.1,
+            });
+        }
         let ctx = CudaContext::new(ordinal)?;
         // SAFETY: every buffer of this device is created, used and freed on the one stream
         // below, in order, so cudarc's per-buffer events (meant for several streams) are not
@@ -53,6 +73,8 @@ impl CudaDevice {
         // A stream of our own: the legacy default stream cannot be captured into a graph.
         let stream = ctx.new_stream()?;
         keep_pool_memory(&ctx);
+        let pdl_supported = crate::launch::pdl_supported(info.compute_capability, driver_version);
+        let pdl = pdl_supported && !crate::launch::pdl_disabled_by_env();
         Ok(CudaDevice {
             info,
             ctx,
@@ -60,7 +82,24 @@ impl CudaDevice {
             modules: Mutex::new(HashMap::new()),
             compile_seconds: Mutex::new(0.0),
             block_counter: std::sync::OnceLock::new(),
+            pdl_supported,
+            pdl: AtomicBool::new(pdl),
         })
+    }
+
+    /// Whether kernels are launched with programmatic dependent launch (see `crate::launch`):
+    /// compute capability 9.0 or later, a CUDA 12.3+ driver, and `SYNAPTIX_NO_PDL` unset when
+    /// the device was opened (or [`CudaDevice::set_pdl`]).
+    pub fn pdl_enabled(&self) -> bool {
+        self.pdl.load(Ordering::Relaxed)
+    }
+
+    /// Turns programmatic dependent launch on or off for the launches that follow (on only
+    /// where supported); returns whether it is on. Results are the same either way.
+    pub fn set_pdl(&self, on: bool) -> bool {
+        let on = on && self.pdl_supported;
+        self.pdl.store(on, Ordering::Relaxed);
+        on
     }
 
     pub fn stream(&self) -> &Arc<CudaStream> {

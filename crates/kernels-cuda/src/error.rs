@@ -3,6 +3,12 @@
 pub enum CudaError {
     #[error("CUDA is not available: {0}")]
     Unavailable(String),
+    #[error("{name} has compute capability {major}.{minor}; synaptix's CUDA kernels need 8.0 or newer (Ampere)")]
+    TooOld {
+        name: String,
+        major: i32,
+        minor: i32,
+    },
     #[error("no CUDA device {ordinal} (this machine has {count})")]
     NoSuchDevice { ordinal: usize, count: usize },
     #[error("CUDA driver call failed: {0}")]

@@ -1,8 +1,9 @@
 //! Kernels that do two ops in one launch where a decode step pays mostly for launches.
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::LaunchConfig;
 use synaptix_core::DType;
 
+use crate::launch::Launch;
 use crate::ops::{check, DeviceActs, Glu};
 use crate::{CudaDevice, DeviceBuffer, Result};
 
@@ -60,15 +61,15 @@ pub fn rms_norm_quantized(
     let f = dev.function("quantize", name)?;
     let (meta, bsums) = (acts.meta_offset as i64, acts.bsums_offset as i64);
     let c32 = cols as i32;
-    let mut l = dev.stream().launch_builder(&f);
+    let mut l = Launch::new(dev, &f);
     l.arg(out)
         .arg(&mut acts.buf)
-        .arg(&meta)
-        .arg(&bsums)
+        .arg(meta)
+        .arg(bsums)
         .arg(x)
         .arg(w)
-        .arg(&c32)
-        .arg(&eps);
+        .arg(c32)
+        .arg(eps);
     // SAFETY: one block of NORM_THREADS per row of `cols` (checked: a multiple of the block
     // length and of 4, at most four float4 per thread) inside x, out and w; each row's quants
     // and scales land in the slots DeviceActs::new sized for them.
@@ -157,20 +158,17 @@ pub fn glu_quantized(
         op: "glu_quantized",
         detail: format!("{n_blocks} blocks"),
     })?;
-    let null = 0u64;
-    let mut l = dev.stream().launch_builder(&f);
+    let mut l = Launch::new(dev, &f);
     l.arg(out)
         .arg(&mut acts.buf)
-        .arg(&meta)
-        .arg(&bsums)
+        .arg(meta)
+        .arg(bsums)
         .arg(gate)
         .arg(up)
-        .arg(&c32)
-        .arg(&nb32);
-    match table {
-        Some(t) => l.arg(t),
-        None => l.arg(&null),
-    };
+        .arg(c32)
+        .arg(nb32);
+    // The table, or a null pointer (SiLU).
+    l.arg(table);
     // SAFETY: one warp per activation block (of `n_blocks`, whole rows: checked) inside gate,
     // up and out; the table (GeGLU) holds 65536 entries; each block's quants and scales land in
     // the slots DeviceActs::new sized for them.

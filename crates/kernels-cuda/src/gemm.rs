@@ -13,9 +13,10 @@
 //! [`gemm_supported`] says which (format, m, k) these handle; the caller picks between them and
 //! the matvec kernels ([`ops::matvec`](crate::ops::matvec)).
 
-use cudarc::driver::{CudaFunction, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, LaunchConfig};
 use synaptix_core::DType;
 
+use crate::launch::Launch;
 use crate::ops::{activation_format, check, i32_arg, sm_count, suffix, DeviceActs, DeviceMatrix};
 use crate::{CudaDevice, DeviceBuffer, Result};
 
@@ -256,14 +257,14 @@ pub fn gemm_quantized_with(
     let smem = q_shared_bytes(w.dtype.block_bytes(), tile);
     reserve_shared(dev, &f, smem)?;
     let meta = acts.meta_offset as i64;
-    let mut l = dev.stream().launch_builder(&f);
+    let mut l = Launch::new(dev, &f);
     l.arg(y)
         .arg(&w.data)
         .arg(&acts.buf)
-        .arg(&meta)
-        .arg(&r32)
-        .arg(&k32)
-        .arg(&m32);
+        .arg(meta)
+        .arg(r32)
+        .arg(k32)
+        .arg(m32);
     // SAFETY: shapes checked above: W holds `rows` rows of `cols / 32` blocks (its byte length
     // matches), the activation buffer `m` rows of `cols` quants with 8 bytes of metadata per
     // block at `meta_offset` (DeviceActs::new sized it for this format). The kernel reads only
@@ -358,8 +359,8 @@ pub fn gemm_float_with(
     // SAFETY: gemm_round_* writes all `m × cols` elements before the GEMM reads them.
     let mut xh = unsafe { dev.uninit::<u16>(x.len()) }?;
     let round = dev.function("gemm", &format!("gemm_round_{name}"))?;
-    let mut l = dev.stream().launch_builder(&round);
-    l.arg(&mut xh).arg(x).arg(&n32);
+    let mut l = Launch::new(dev, &round);
+    l.arg(&mut xh).arg(x).arg(n32);
     // SAFETY: one thread per element of `x` and `xh` (both `m × cols` long); threads past the
     // end return.
     unsafe {
@@ -373,8 +374,8 @@ pub fn gemm_float_with(
     let f = dev.function("gemm", &format!("gemm_{name}_{}", tile.name))?;
     let smem = f_shared_bytes(tile);
     reserve_shared(dev, &f, smem)?;
-    let mut l = dev.stream().launch_builder(&f);
-    l.arg(y).arg(&w.data).arg(&xh).arg(&r32).arg(&k32).arg(&m32);
+    let mut l = Launch::new(dev, &f);
+    l.arg(y).arg(&w.data).arg(&xh).arg(r32).arg(k32).arg(m32);
     // SAFETY: W holds `rows × cols` halves (byte length checked), `xh` `m × cols`, `cols` a
     // multiple of 16 (every 16-byte copy stays inside a row; rows past `rows` / `m` are not
     // read); the kernel writes y[i][r] for i < m, r < rows only, and y holds m × rows. The

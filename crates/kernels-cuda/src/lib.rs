@@ -6,6 +6,8 @@
 //!   the card's own architecture (CUBIN) and cached on disk, keyed by a hash of the source,
 //!   options, architecture and NVRTC version.
 //! - [`CudaDevice`]: a context, a stream and the loaded kernel modules, with typed launches.
+//! - [`launch`]: the launch builder every op uses, with programmatic dependent launch on
+//!   Hopper and later (`SYNAPTIX_NO_PDL` turns it off).
 
 mod attention;
 pub mod compile;
@@ -13,11 +15,13 @@ mod device;
 mod error;
 pub mod fused;
 pub mod gemm;
+pub mod gemm_k;
+pub mod launch;
 pub mod ops;
 pub mod probe;
 pub mod sample;
 pub mod sources;
 
-pub use device::{CudaDevice, DeviceBuffer, StepGraph};
+pub use device::{CudaDevice, DeviceBuffer, StepGraph, MIN_COMPUTE_CAPABILITY};
 pub use error::{CudaError, Result};
 pub use probe::{cuda_status, CudaStatus, GpuInfo};

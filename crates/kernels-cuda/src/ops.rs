@@ -1,9 +1,10 @@
 //! Typed launches of the kernels in `kernels/`, with shape checks before anything reaches the
 //! GPU. Activations are `f32` buffers in row-major order; weights stay in their stored format.
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::LaunchConfig;
 use synaptix_core::DType;
 
+use crate::launch::Launch;
 use crate::{CudaDevice, CudaError, DeviceBuffer, Result};
 
 const THREADS: u32 = 256;
@@ -78,8 +79,8 @@ pub fn add(
     })?;
     let f = dev.function("elementwise", "add_f32")?;
     let n32 = i32_arg("add", "n", n)?;
-    let mut l = dev.stream().launch_builder(&f);
-    l.arg(out).arg(a).arg(b).arg(&n32);
+    let mut l = Launch::new(dev, &f);
+    l.arg(out).arg(a).arg(b).arg(n32);
     // SAFETY: the kernel reads and writes `n` elements of buffers that hold `n`.
     unsafe {
         l.launch(LaunchConfig {
@@ -96,8 +97,8 @@ pub fn scale(dev: &CudaDevice, x: &mut DeviceBuffer<f32>, s: f32) -> Result<()> 
     let n = x.len();
     let f = dev.function("elementwise", "scale_f32")?;
     let n32 = i32_arg("scale", "n", n)?;
-    let mut l = dev.stream().launch_builder(&f);
-    l.arg(x).arg(&s).arg(&n32);
+    let mut l = Launch::new(dev, &f);
+    l.arg(x).arg(s).arg(n32);
     // SAFETY: `n` elements of a buffer of `n`.
     unsafe {
         l.launch(LaunchConfig {
@@ -124,8 +125,8 @@ pub fn add_bias(
         i32_arg("add_bias", "rows", n / cols)?,
         i32_arg("add_bias", "cols", cols)?,
     );
-    let mut l = dev.stream().launch_builder(&f);
-    l.arg(x).arg(bias).arg(&rows).arg(&c32);
+    let mut l = Launch::new(dev, &f);
+    l.arg(x).arg(bias).arg(rows).arg(c32);
     // SAFETY: `rows * cols` elements of `x`, `cols` of `bias`.
     unsafe {
         l.launch(LaunchConfig {
@@ -142,8 +143,8 @@ pub fn softcap(dev: &CudaDevice, x: &mut DeviceBuffer<f32>, cap: f32) -> Result<
     let n = x.len();
     let f = dev.function("elementwise", "softcap_f32")?;
     let n32 = i32_arg("softcap", "n", n)?;
-    let mut l = dev.stream().launch_builder(&f);
-    l.arg(x).arg(&cap).arg(&n32);
+    let mut l = Launch::new(dev, &f);
+    l.arg(x).arg(cap).arg(n32);
     // SAFETY: `n` elements of a buffer of `n`.
     unsafe {
         l.launch(LaunchConfig {
@@ -187,11 +188,11 @@ pub fn glu(
     let f = dev.function("elementwise", name)?;
     let n32 = i32_arg("glu", "n", n)?;
     let c32 = i32_arg("glu", "cols", cols)?;
-    let mut l = dev.stream().launch_builder(&f);
-    l.arg(out).arg(gate).arg(up).arg(&n32);
+    let mut l = Launch::new(dev, &f);
+    l.arg(out).arg(gate).arg(up).arg(n32);
     match kind {
         Glu::Silu => {
-            l.arg(&c32);
+            l.arg(c32);
         }
         Glu::GeluTanh => {
             let table = gelu_table.ok_or_else(|| CudaError::Invalid {
@@ -234,8 +235,8 @@ pub fn rms_norm(
     if cols.is_multiple_of(4) && cols <= 16 * 256 {
         // Rows held in registers, 16-byte loads.
         let f = dev.function("norm", "rms_norm_vec_f32")?;
-        let mut l = dev.stream().launch_builder(&f);
-        l.arg(out).arg(x).arg(w).arg(&c32).arg(&eps);
+        let mut l = Launch::new(dev, &f);
+        l.arg(out).arg(x).arg(w).arg(c32).arg(eps);
         // SAFETY: one block per row of `cols` (a multiple of 4, at most 4 float4 per thread),
         // inside both buffers; cudarc allocations are 16-byte aligned and rows start at
         // multiples of 4 floats.
@@ -249,8 +250,8 @@ pub fn rms_norm(
         return Ok(());
     }
     let f = dev.function("norm", "rms_norm_f32")?;
-    let mut l = dev.stream().launch_builder(&f);
-    l.arg(out).arg(x).arg(w).arg(&c32).arg(&eps);
+    let mut l = Launch::new(dev, &f);
+    l.arg(out).arg(x).arg(w).arg(c32).arg(eps);
     // SAFETY: one block per row of `cols`, inside both buffers.
     unsafe {
         l.launch(LaunchConfig {
@@ -304,8 +305,8 @@ pub fn rope(
     let f = dev.function("rope", "rope_f32")?;
     let (nh, hd, nr) = (p.n_heads as i32, p.head_dim as i32, p.n_rot as i32);
     let neox = p.neox as i32;
-    let mut l = dev.stream().launch_builder(&f);
-    l.arg(x).arg(cos_sin).arg(&nh).arg(&hd).arg(&nr).arg(&neox);
+    let mut l = Launch::new(dev, &f);
+    l.arg(x).arg(cos_sin).arg(nh).arg(hd).arg(nr).arg(neox);
     // SAFETY: one thread per (head, pair) of each row, all inside `x` and the table.
     unsafe {
         l.launch(LaunchConfig {
@@ -364,17 +365,17 @@ pub fn rope_qk(
     );
     let neox = p.neox as i32;
     let (scale, use_scale) = (q_scale.unwrap_or(1.0), q_scale.is_some() as i32);
-    let mut l = dev.stream().launch_builder(&f);
+    let mut l = Launch::new(dev, &f);
     l.arg(q)
         .arg(k)
         .arg(cos_sin)
-        .arg(&nq)
-        .arg(&nk)
-        .arg(&hd)
-        .arg(&nr)
-        .arg(&neox)
-        .arg(&scale)
-        .arg(&use_scale);
+        .arg(nq)
+        .arg(nk)
+        .arg(hd)
+        .arg(nr)
+        .arg(neox)
+        .arg(scale)
+        .arg(use_scale);
     // SAFETY: one thread per (head, pair) of the query then key heads of each row, inside `q`,
     // `k` and the table (checked above).
     unsafe {
@@ -448,8 +449,8 @@ pub fn get_rows(
         &format!("get_rows_{}", suffix("get_rows", table.dtype)?),
     )?;
     let c32 = i32_arg("get_rows", "cols", table.cols)?;
-    let mut l = dev.stream().launch_builder(&f);
-    l.arg(out).arg(&table.data).arg(ids).arg(&c32).arg(&scale);
+    let mut l = Launch::new(dev, &f);
+    l.arg(out).arg(&table.data).arg(ids).arg(c32).arg(scale);
     // SAFETY: one block per id; ids are checked against the vocabulary by the caller.
     unsafe {
         l.launch(LaunchConfig {
@@ -601,12 +602,12 @@ pub fn quantize_acts(dev: &CudaDevice, acts: &mut DeviceActs, x: &DeviceBuffer<f
     let f = dev.function("quantize", name)?;
     let nb = i32_arg("quantize_acts", "blocks", n_blocks)?;
     let (meta, bsums) = (acts.meta_offset as i64, acts.bsums_offset as i64);
-    let mut l = dev.stream().launch_builder(&f);
-    l.arg(x).arg(&mut acts.buf).arg(&meta);
+    let mut l = Launch::new(dev, &f);
+    l.arg(x).arg(&mut acts.buf).arg(meta);
     if acts.dtype == DType::Q8K {
-        l.arg(&bsums);
+        l.arg(bsums);
     }
-    l.arg(&nb);
+    l.arg(nb);
     // SAFETY: one warp per block of 32 (or 256) values of `x`, writing that block's quants and
     // scales inside the buffer sized for them by `DeviceActs::new`.
     unsafe {
@@ -747,16 +748,15 @@ fn matvec_short(
         i32_arg("matvec", "m", acts.rows)?,
     );
     let meta = acts.meta_offset as i64;
-    let mut l = dev.stream().launch_builder(&f);
+    let mut l = Launch::new(dev, &f);
     l.arg(y)
         .arg(&w.data)
         .arg(&acts.buf)
-        .arg(&meta)
-        .arg(&r32)
-        .arg(&c32)
-        .arg(&m32);
-    let null = 0u64;
-    epilogue_args(&mut l, &epi, &null);
+        .arg(meta)
+        .arg(r32)
+        .arg(c32)
+        .arg(m32);
+    epilogue_args(&mut l, &epi);
     // SAFETY: one warp per weight row (warps past `rows` return), lane b < cols / 32 <= 32 reads
     // block b of its row (word reads may pass the last block by less than WEIGHT_PAD) and of up
     // to MV_COLS activation rows < m; writes y[i][row] for i < m, row < rows.
@@ -817,16 +817,15 @@ fn matvec_rows(
         i32_arg("matvec", "cols", w.cols)?,
     );
     let (meta, bsums) = (acts.meta_offset as i64, acts.bsums_offset as i64);
-    let mut l = dev.stream().launch_builder(&f);
+    let mut l = Launch::new(dev, &f);
     l.arg(y)
         .arg(&w.data)
         .arg(&acts.buf)
-        .arg(&meta)
-        .arg(&bsums)
-        .arg(&r32)
-        .arg(&c32);
-    let null = 0u64;
-    epilogue_args(&mut l, &epi, &null);
+        .arg(meta)
+        .arg(bsums)
+        .arg(r32)
+        .arg(c32);
+    epilogue_args(&mut l, &epi);
     // SAFETY: the shapes were checked (the epilogue's too) and m == 1: the warps split the rows
     // into disjoint ranges and write y[row] (plus bias[row], residual[row] reads) for their own
     // rows only; weight reads stay inside the row's super-blocks but for at most 2 bytes past
@@ -892,15 +891,8 @@ fn with_epilogue(
 }
 
 /// Adds an epilogue's two pointers (null where absent) to a launch.
-fn epilogue_args<'a>(l: &mut cudarc::driver::LaunchArgs<'a>, epi: &Epilogue<'a>, null: &'a u64) {
-    match epi.bias {
-        Some(b) => l.arg(b),
-        None => l.arg(null),
-    };
-    match epi.residual {
-        Some(r) => l.arg(r),
-        None => l.arg(null),
-    };
+fn epilogue_args<'a>(l: &mut Launch<'a>, epi: &Epilogue<'a>) {
+    l.arg(epi.bias).arg(epi.residual);
 }
 
 /// [`matvec_quantized`] with an [`Epilogue`].
@@ -932,6 +924,11 @@ pub fn matvec_quantized_with(
             crate::gemm::gemm_quantized(dev, y, w, acts)
         });
     }
+    if crate::gemm_k::gemm_k_supported(w.dtype, m, w.cols) && !crate::gemm_k::gemm_disabled() {
+        return with_epilogue(dev, y, epi, |y| {
+            crate::gemm_k::gemm_k_quantized(dev, y, w, acts)
+        });
+    }
     if w.dtype.block_len() == 32 && w.cols <= 1024 && m <= MV_COLS {
         return matvec_short(dev, y, w, acts, epi);
     }
@@ -954,18 +951,17 @@ pub fn matvec_quantized_with(
     let wpr = warps_per_row(dev, w, m);
     let wpr32 = wpr as i32;
     let (meta, bsums) = (acts.meta_offset as i64, acts.bsums_offset as i64);
-    let mut l = dev.stream().launch_builder(&f);
+    let mut l = Launch::new(dev, &f);
     l.arg(y)
         .arg(&w.data)
         .arg(&acts.buf)
-        .arg(&meta)
-        .arg(&bsums)
-        .arg(&r32)
-        .arg(&c32)
-        .arg(&m32)
-        .arg(&wpr32);
-    let null = 0u64;
-    epilogue_args(&mut l, &epi, &null);
+        .arg(meta)
+        .arg(bsums)
+        .arg(r32)
+        .arg(c32)
+        .arg(m32)
+        .arg(wpr32);
+    epilogue_args(&mut l, &epi);
     // SAFETY: the shapes were checked (the epilogue's too): `wpr` warps per weight row (8 / wpr rows per block; for
     // the lane-major k-quants wpr × min(m, MV_COLS) <= MV_COLS, the size of their shared
     // activation buffer), up to MV_COLS activation rows per block row, reads inside the weight
@@ -1053,10 +1049,9 @@ fn matvec_float(
     check("matvec", passes <= 65535, || {
         format!("{m} activation rows exceed the grid")
     })?;
-    let mut l = dev.stream().launch_builder(&f);
-    l.arg(y).arg(&w.data).arg(x).arg(&r32).arg(&c32).arg(&m32);
-    let null = 0u64;
-    epilogue_args(&mut l, &epi, &null);
+    let mut l = Launch::new(dev, &f);
+    l.arg(y).arg(&w.data).arg(x).arg(r32).arg(c32).arg(m32);
+    epilogue_args(&mut l, &epi);
     // SAFETY: one warp per weight row (warps past `rows` return at once) and group of up to
     // MV_COLS activation rows; reads and writes stay inside the checked shapes.
     unsafe {
@@ -1093,8 +1088,8 @@ pub fn matvec_dequant(
         i32_arg("matvec", "cols", w.cols)?,
     );
     const WARPS: u32 = 8;
-    let mut l = dev.stream().launch_builder(&f);
-    l.arg(y).arg(&w.data).arg(x).arg(&r32).arg(&c32);
+    let mut l = Launch::new(dev, &f);
+    l.arg(y).arg(&w.data).arg(x).arg(r32).arg(c32);
     // SAFETY: one warp per output row of each of the m activation rows.
     unsafe {
         l.launch(LaunchConfig {
@@ -1124,10 +1119,10 @@ pub fn argmax(dev: &CudaDevice, x: &DeviceBuffer<f32>, out: &mut DeviceBuffer<i3
     // SAFETY: each block writes its own partial before the last block reads them all.
     let (mut pv, mut pi) = unsafe { (dev.uninit::<f32>(blocks)?, dev.uninit::<i32>(blocks)?) };
     let counter = dev.block_counter()?;
-    let mut l = dev.stream().launch_builder(&f);
+    let mut l = Launch::new(dev, &f);
     l.arg(out)
         .arg(x)
-        .arg(&n32)
+        .arg(n32)
         .arg(&mut pv)
         .arg(&mut pi)
         .arg(counter);

@@ -2,8 +2,9 @@
 //! the logits in place, and the top-k candidates (ids and exact values) in the CPU sampler's
 //! order. Kernels in `kernels/sample.cu`; only `k` ids and values (and a count) come back.
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::LaunchConfig;
 
+use crate::launch::Launch;
 use crate::ops::{check, i32_arg};
 use crate::{CudaDevice, DeviceBuffer, Result};
 
@@ -54,15 +55,15 @@ pub fn apply_penalties(
         .div_ceil(PENALTY_THREADS as usize)
         .clamp(1, PENALTY_MAX_BLOCKS) as u32;
     let f = dev.function("sample", "apply_penalties_f32")?;
-    let mut l = dev.stream().launch_builder(&f);
+    let mut l = Launch::new(dev, &f);
     l.arg(logits)
-        .arg(&n32)
+        .arg(n32)
         .arg(pairs)
         .arg(count)
-        .arg(&cap32)
-        .arg(&repeat)
-        .arg(&frequency)
-        .arg(&presence);
+        .arg(cap32)
+        .arg(repeat)
+        .arg(frequency)
+        .arg(presence);
     // SAFETY: the kernel reads count[0], then pairs[2p], pairs[2p + 1] for p below that count
     // clamped to `capacity` (inside `pairs`), and touches logits[id] only for 0 <= id < n.
     unsafe {
@@ -143,8 +144,8 @@ pub fn top_k(
     let mut partial = unsafe { dev.uninit::<u64>(m) }?;
 
     let f = dev.function("sample", &format!("topk_partial_f32_e{per_thread}"))?;
-    let mut l = dev.stream().launch_builder(&f);
-    l.arg(x).arg(&n32).arg(&k32).arg(&mut partial);
+    let mut l = Launch::new(dev, &f);
+    l.arg(x).arg(n32).arg(k32).arg(&mut partial);
     // SAFETY: block b reads x[i] for i < n only and writes partial[b * k .. (b + 1) * k], inside
     // the `blocks * k` allocated; 32 KiB of static shared memory, under the 48 KiB default.
     unsafe {
@@ -156,10 +157,10 @@ pub fn top_k(
     }?;
 
     let f = dev.function("sample", &format!("topk_merge_e{}", merge_plan(m)))?;
-    let mut l = dev.stream().launch_builder(&f);
+    let mut l = Launch::new(dev, &f);
     l.arg(&partial)
-        .arg(&m32)
-        .arg(&k32)
+        .arg(m32)
+        .arg(k32)
         .arg(out_ids)
         .arg(out_vals)
         .arg(out_count);

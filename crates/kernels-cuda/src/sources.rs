@@ -40,6 +40,10 @@ pub const FILES: &[KernelFile] = &[
         source: include_str!("../../../kernels/gemm.cu"),
     },
     KernelFile {
+        name: "gemm_k",
+        source: include_str!("../../../kernels/gemm_k.cu"),
+    },
+    KernelFile {
         name: "quantize",
         source: include_str!("../../../kernels/quantize.cu"),
     },

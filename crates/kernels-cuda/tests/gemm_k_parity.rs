@@ -1,0 +1,278 @@
+//! The k-quant tensor-core GEMM (`kernels/gemm_k.cu`, `synaptix_kernels_cuda::gemm_k`) against
+//! the CPU matmul on fresh random inputs (the seed is printed), outputs poisoned (NaN) before
+//! each launch so that an unwritten element fails: every output bit for bit. Also through the
+//! dispatch (`ops::matvec`), with extreme quants (the integer ranges' limits), and shape errors.
+//! Skips with a visible message where no GPU is present.
+
+use synaptix_core::DType;
+use synaptix_kernels_cuda::gemm_k;
+use synaptix_kernels_cuda::ops::{self, DeviceActs, DeviceMatrix};
+use synaptix_kernels_cuda::{cuda_status, CudaDevice, CudaStatus, DeviceBuffer};
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn uniform(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n).map(|_| self.uniform() * scale).collect()
+    }
+}
+
+fn device() -> Option<(CudaDevice, Rng)> {
+    match cuda_status() {
+        CudaStatus::Unavailable(why) => {
+            eprintln!("SKIPPED: no usable GPU ({why})");
+            None
+        }
+        CudaStatus::Available { .. } => {
+            let seed = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64);
+            eprintln!("seed {seed}");
+            Some((CudaDevice::new(0).expect("device 0"), Rng(seed)))
+        }
+    }
+}
+
+fn poisoned(dev: &CudaDevice, n: usize) -> DeviceBuffer<f32> {
+    dev.upload(&vec![f32::NAN; n]).unwrap()
+}
+
+/// Byte offsets of the f16 `d` (and `dmin`) fields of each k-quant super-block.
+fn scale_fields(dtype: DType) -> &'static [usize] {
+    match dtype {
+        DType::Q2K => &[80, 82],
+        DType::Q3K => &[108],
+        DType::Q4K | DType::Q5K => &[0, 2],
+        DType::Q6K => &[208],
+        _ => unreachable!("not a k-quant"),
+    }
+}
+
+/// Random super-blocks of `dtype` (every quant, scale and min byte random) with modest f16
+/// `d` / `dmin`; `extreme`: bytes drawn from {0x00, 0x7f, 0x80, 0xff} only (largest scales and
+/// quants of either sign, the integer ranges' limits).
+fn random_weights(rng: &mut Rng, dtype: DType, rows: usize, cols: usize, extreme: bool) -> Vec<u8> {
+    let bb = dtype.block_bytes();
+    let mut out = vec![0u8; rows * cols / dtype.block_len() * bb];
+    let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
+    for b in out.chunks_exact_mut(bb) {
+        for byte in b.iter_mut() {
+            *byte = if extreme {
+                [0x00, 0x7f, 0x80, 0xff][(rng.next() % 4) as usize]
+            } else {
+                rng.next() as u8
+            };
+        }
+        for (i, &at) in scale_fields(dtype).iter().enumerate() {
+            let v = if i == 0 { 0.004 } else { 0.002 } + 0.01 * rng.uniform().abs();
+            b[at..at + 2].copy_from_slice(&f16(v));
+        }
+    }
+    out
+}
+
+/// Activations of varied magnitude per 32 (super-block scales then differ a lot) with a few
+/// outliers; `extreme`: ±1 only, so that every quant is ±127.
+fn activations(rng: &mut Rng, m: usize, cols: usize, extreme: bool) -> Vec<f32> {
+    if extreme {
+        return (0..m * cols)
+            .map(|_| if rng.next() & 1 == 0 { 1.0 } else { -1.0 })
+            .collect();
+    }
+    let mut x = rng.vec(m * cols, 1.0);
+    for (i, v) in x.iter_mut().enumerate() {
+        let s = ((i / 32) * 7 % 13) as i32 - 6;
+        *v *= 2f32.powi(s);
+        if i % 97 == 5 {
+            *v *= 30.0;
+        }
+    }
+    x
+}
+
+/// The CPU result (activations quantized to Q8_K, exact integer lane sums, ggml's f32 chains).
+fn cpu_matmul(dtype: DType, w: &[u8], rows: usize, cols: usize, x: &[f32], m: usize) -> Vec<f32> {
+    let mut y = vec![0f32; m * rows];
+    let view = synaptix_kernels_cpu::WeightView {
+        dtype,
+        data: w,
+        rows,
+        cols,
+    };
+    synaptix_kernels_cpu::matmul(view, x, m, &mut y).unwrap();
+    y
+}
+
+/// Outputs `got[i][r]` (row-major `[m, rows]`) whose bits differ from the CPU's: their count
+/// and the first few, spelled out.
+fn bit_mismatches(got: &[f32], want: &[f32], rows: usize) -> (usize, String) {
+    assert_eq!(got.len(), want.len());
+    let bad: Vec<usize> = (0..want.len())
+        .filter(|&i| got[i].to_bits() != want[i].to_bits())
+        .collect();
+    let first: Vec<String> = bad
+        .iter()
+        .take(8)
+        .map(|&i| {
+            format!(
+                "y[{}][{}]: gpu {:e} ({:#010x}), cpu {:e} ({:#010x})",
+                i / rows,
+                i % rows,
+                got[i],
+                got[i].to_bits(),
+                want[i],
+                want[i].to_bits()
+            )
+        })
+        .collect();
+    (bad.len(), first.join("\n  "))
+}
+
+const K_QUANTS: [DType; 5] = [DType::Q4K, DType::Q6K, DType::Q5K, DType::Q3K, DType::Q2K];
+const SHAPES: [(usize, usize); 4] = [(64, 256), (300, 1024), (130, 3584), (896, 4864)];
+const MS: [usize; 4] = [16, 17, 100, 512];
+
+/// Runs the GEMM for `dtype` on fresh inputs and asserts every output equals the CPU's bits.
+fn check_shape(
+    dev: &CudaDevice,
+    rng: &mut Rng,
+    dtype: DType,
+    (rows, cols): (usize, usize),
+    ms: &[usize],
+    extreme: bool,
+) {
+    let bytes = random_weights(rng, dtype, rows, cols, extreme);
+    let dm = DeviceMatrix::upload(dev, dtype, rows, cols, &bytes).unwrap();
+    for &m in ms {
+        assert!(gemm_k::gemm_k_supported(dtype, m, cols));
+        let x = activations(rng, m, cols, extreme);
+        let want = cpu_matmul(dtype, &bytes, rows, cols, &x, m);
+        let mut acts = DeviceActs::new(dev, dtype, m, cols).unwrap();
+        ops::quantize_acts(dev, &mut acts, &dev.upload(&x).unwrap()).unwrap();
+        let mut y = poisoned(dev, m * rows);
+        gemm_k::gemm_k_quantized(dev, &mut y, &dm, &acts).unwrap();
+        let got = dev.download(&y).unwrap();
+        let (n, first) = bit_mismatches(&got, &want, rows);
+        assert!(
+            n == 0,
+            "gemm_k {dtype} [{rows} x {cols}] m={m} extreme={extreme}: {n} of {} outputs differ \
+             from the CPU:\n  {first}",
+            got.len()
+        );
+    }
+}
+
+/// Every output of `gemm_k_quantized` is bit for bit the CPU matmul's, for rows and m that are
+/// and are not multiples of the tile (32 × 64).
+#[test]
+fn gemm_k_matches_cpu_bit_for_bit() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    for dtype in K_QUANTS {
+        for shape in SHAPES {
+            check_shape(&dev, &mut rng, dtype, shape, &MS, false);
+            eprintln!(
+                "gemm_k {dtype:5} [{:4} x {:5}] m={MS:?}: every output bit-equal to the CPU",
+                shape.0, shape.1
+            );
+        }
+    }
+}
+
+/// The largest scales and quants of either sign with every activation quant ±127: the integer
+/// sums at their limits (Q6_K's lane sums reach 2^24) are still exact.
+#[test]
+fn gemm_k_extreme_quants_match_cpu() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    for dtype in K_QUANTS {
+        check_shape(&dev, &mut rng, dtype, (96, 1024), &[16, 70], true);
+        eprintln!("gemm_k {dtype:5} extreme quants: every output bit-equal to the CPU");
+    }
+}
+
+/// `ops::matvec` (f32 activations) dispatches k-quants with m >= 16 to the GEMM (unless
+/// SYNAPTIX_NO_GEMM is set): still the CPU's bits, bias and residual epilogue included.
+#[test]
+fn gemm_k_through_the_dispatch() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let (rows, cols, m) = (200, 1536, 48);
+    for dtype in [DType::Q4K, DType::Q6K] {
+        assert!(gemm_k::gemm_k_supported(dtype, m, cols));
+        let bytes = random_weights(&mut rng, dtype, rows, cols, false);
+        let dm = DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap();
+        let x = activations(&mut rng, m, cols, false);
+        let want = cpu_matmul(dtype, &bytes, rows, cols, &x, m);
+        let mut y = poisoned(&dev, m * rows);
+        ops::matvec(&dev, &mut y, &dm, &dev.upload(&x).unwrap()).unwrap();
+        let got = dev.download(&y).unwrap();
+        let (n, first) = bit_mismatches(&got, &want, rows);
+        assert!(
+            n == 0,
+            "matvec {dtype} m={m}: {n} of {} outputs differ from the CPU:\n  {first}",
+            got.len()
+        );
+    }
+}
+
+#[test]
+fn gemm_k_supported_shapes() {
+    for dtype in K_QUANTS {
+        assert!(gemm_k::gemm_k_supported(dtype, 16, 256));
+        assert!(gemm_k::gemm_k_supported(dtype, 512, 4864));
+        assert!(!gemm_k::gemm_k_supported(dtype, 15, 4864));
+        assert!(!gemm_k::gemm_k_supported(dtype, 64, 0));
+    }
+    for dtype in [DType::F32, DType::F16, DType::Q4_0, DType::Q8_0] {
+        assert!(!gemm_k::gemm_k_supported(dtype, 512, 4096));
+    }
+}
+
+#[test]
+fn gemm_k_shape_errors_are_reported_not_launched() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let (rows, cols, m) = (40, 512, 20);
+    let bytes = random_weights(&mut rng, DType::Q4K, rows, cols, false);
+    let dm = DeviceMatrix::upload(&dev, DType::Q4K, rows, cols, &bytes).unwrap();
+    let x = dev.upload(&activations(&mut rng, m, cols, false)).unwrap();
+    let mut y = poisoned(&dev, m * rows);
+    // Activations of the wrong format (Q8_0, Q8_1) or length.
+    let q80 = DeviceActs::new(&dev, DType::Q4_0, m, cols).unwrap();
+    assert!(gemm_k::gemm_k_quantized(&dev, &mut y, &dm, &q80).is_err());
+    let q81 = DeviceActs::new(&dev, DType::Q4_1, m, cols).unwrap();
+    assert!(gemm_k::gemm_k_quantized(&dev, &mut y, &dm, &q81).is_err());
+    let short = DeviceActs::new(&dev, DType::Q4K, m, cols - 256).unwrap();
+    assert!(gemm_k::gemm_k_quantized(&dev, &mut y, &dm, &short).is_err());
+    // y of the wrong length.
+    let mut acts = DeviceActs::new(&dev, DType::Q4K, m, cols).unwrap();
+    ops::quantize_acts(&dev, &mut acts, &x).unwrap();
+    let mut y_short = poisoned(&dev, m * rows - 1);
+    assert!(gemm_k::gemm_k_quantized(&dev, &mut y_short, &dm, &acts).is_err());
+    // Weights of a legacy format with Q8_0 activations.
+    let lb = vec![0u8; rows * cols / 32 * 18];
+    let legacy = DeviceMatrix::upload(&dev, DType::Q4_0, rows, cols, &lb).unwrap();
+    let mut q80 = DeviceActs::new(&dev, DType::Q4_0, m, cols).unwrap();
+    ops::quantize_acts(&dev, &mut q80, &x).unwrap();
+    assert!(gemm_k::gemm_k_quantized(&dev, &mut y, &legacy, &q80).is_err());
+    // Nothing was written by the rejected calls.
+    assert!(dev.download(&y).unwrap().iter().all(|v| v.is_nan()));
+    // The accepted call writes everything.
+    gemm_k::gemm_k_quantized(&dev, &mut y, &dm, &acts).unwrap();
+    assert!(dev.download(&y).unwrap().iter().all(|v| v.is_finite()));
+}
