@@ -1,6 +1,7 @@
 //! `synaptix`: run neural networks from one binary.
 
 mod bench;
+mod chat;
 mod device;
 mod devices;
 mod dump;
@@ -32,6 +33,8 @@ struct Cli {
 enum Command {
     /// Generate text from a prompt, streaming it to stdout
     Run(run::RunArgs),
+    /// Talk with a model: multi-turn, its chat template, the KV cache reused across turns
+    Chat(chat::ChatArgs),
     /// Show a GGUF file's metadata and tensor table
     Inspect(inspect::InspectArgs),
     /// Show how a model's tokenizer splits a text
@@ -62,6 +65,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Run(a) => run::run(a),
+        Command::Chat(a) => chat::run(a),
         Command::Inspect(a) => inspect::run(a),
         Command::Tokenize(a) => tokenize::run(a),
         Command::Bench(a) => bench::run(a),

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use synaptix_infer::{render_chat, ChatMessage, Engine, GenerateOptions};
+use synaptix_infer::{ChatMessage, ChatTemplate, Engine, GenerateOptions};
 use synaptix_models::{NoTap, Tap};
 use synaptix_sample::SamplerConfig;
 
@@ -197,64 +197,10 @@ pub fn run(mut a: RunArgs) -> Result<()> {
 
 /// The model's chat template around one user message (and an optional system message).
 pub fn chat_prompt(engine: &Engine, system: Option<&str>, user: &str) -> Result<String> {
-    let embedded = engine.tokenizer.chat_template().map(str::to_string);
-    let mut messages = Vec::new();
-    let template = match embedded {
-        Some(t) => {
-            if let Some(s) = system {
-                messages.push(ChatMessage {
-                    role: "system".into(),
-                    content: s.into(),
-                });
-            }
-            messages.push(ChatMessage {
-                role: "user".into(),
-                content: user.into(),
-            });
-            t
-        }
-        None => {
-            let t = builtin_template(&engine.model.info().architecture)
-                .context("the model file has no chat template (tokenizer.chat_template)")?;
-            // Gemma has no system role: its system text opens the first user turn.
-            let content = match system {
-                Some(s) => format!("{s}\n\n{user}"),
-                None => user.to_string(),
-            };
-            messages.push(ChatMessage {
-                role: "user".into(),
-                content,
-            });
-            t.to_string()
-        }
+    let template = ChatTemplate::for_engine(engine, None)?;
+    let message = ChatMessage {
+        role: "user".into(),
+        content: user.into(),
     };
-    let piece = |id: Option<u32>| {
-        id.map(|id| String::from_utf8_lossy(&engine.tokenizer.token_to_piece(id)).into_owned())
-            .unwrap_or_default()
-    };
-    let bos = piece(engine.tokenizer.bos());
-    let text = render_chat(
-        &template,
-        &messages,
-        true,
-        &bos,
-        &piece(engine.tokenizer.eos()),
-    )?;
-    // Tokenization adds the BOS itself; a template that writes it too would double it.
-    Ok(match text.strip_prefix(bos.as_str()) {
-        Some(rest) if engine.tokenizer.add_bos() && !bos.is_empty() => rest.to_string(),
-        _ => text,
-    })
-}
-
-/// Chat formats for architectures whose GGUF files often carry no template.
-fn builtin_template(arch: &str) -> Option<&'static str> {
-    match arch {
-        "gemma3" => Some(
-            "{% for m in messages %}<start_of_turn>{{ 'model' if m.role == 'assistant' else m.role }}\n\
-             {{ m.content }}<end_of_turn>\n{% endfor %}\
-             {% if add_generation_prompt %}<start_of_turn>model\n{% endif %}",
-        ),
-        _ => None,
-    }
+    Ok(template.render(system, &[message], true)?)
 }

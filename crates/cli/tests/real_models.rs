@@ -301,3 +301,121 @@ fn device_flag_is_checked() {
         );
     }
 }
+
+/// `synaptix chat` driven through a pipe: two turns, commands in between, a transcript saved;
+/// the second turn reuses the first turn's KV cache (as `/stats` reports), and the answers are
+/// the greedy ones.
+#[test]
+fn chat_runs_a_piped_multi_turn_session() {
+    use std::io::Write;
+    let dir = std::env::temp_dir().join(format!("synaptix-chat-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let transcript = dir.join("conversation.json");
+    let script = format!(
+        "What is the capital of France?\n/stats\nAnd of Italy?\n/stats\n/save {}\n/bogus\n",
+        transcript.display()
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_synaptix"))
+        .args([
+            "chat",
+            &qwen(),
+            "--temp",
+            "0",
+            "-n",
+            "24",
+            "-t",
+            "2",
+            "--device",
+            "cpu",
+            "-s",
+            "Answer in one short sentence.",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("synaptix chat starts");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    assert!(stdout.contains("Paris"), "first answer: {stdout}");
+    let answers = stdout.lines().filter(|l| !l.trim().is_empty()).count();
+    assert!(answers >= 2, "two answers expected: {stdout}");
+    // Turn 2 reuses every cached position the conversation still shares.
+    let turn2 = stderr
+        .lines()
+        .find(|l| l.starts_with("turn 2:"))
+        .unwrap_or_else(|| panic!("no stats for turn 2: {stderr}"));
+    let reused: usize = turn2
+        .split(" reused")
+        .next()
+        .and_then(|s| s.rsplit('(').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{turn2}"));
+    assert!(reused > 20, "{turn2}");
+    assert!(stderr.contains("unknown command /bogus"), "{stderr}");
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&transcript).unwrap()).unwrap();
+    assert_eq!(saved["messages"].as_array().unwrap().len(), 4);
+    assert_eq!(saved["system"], "Answer in one short sentence.");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A conversation that outgrows the context is refused with a clear error under
+/// `--context-overflow error`, and shifted (oldest turns dropped, said on stderr) under `shift`.
+#[test]
+fn chat_context_overflow_policies() {
+    use std::io::Write;
+    let script =
+        "Count from one to ten in words.\nNow from eleven to twenty.\nAnd twenty-one to thirty.\nAnd thirty-one to forty.\n";
+    let run = |policy: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_synaptix"))
+            .args([
+                "chat",
+                &qwen(),
+                "--temp",
+                "0",
+                "-n",
+                "40",
+                "-t",
+                "2",
+                "--device",
+                "cpu",
+                "-c",
+                "160",
+                "--context-overflow",
+                policy,
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(script.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, stderr) = run("error");
+    assert!(!ok, "{stderr}");
+    assert!(stderr.contains("--context-overflow error"), "{stderr}");
+    let (ok, stderr) = run("shift");
+    assert!(ok, "{stderr}");
+    assert!(stderr.contains("dropped the"), "{stderr}");
+}

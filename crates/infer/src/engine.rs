@@ -20,12 +20,22 @@ pub enum InferError {
     Sample(#[from] SampleError),
     #[error("the prompt has {prompt} tokens but the context holds {n_ctx}: shorten it or raise --ctx-size")]
     PromptTooLong { prompt: usize, n_ctx: usize },
+    #[error("the KV cache holds {cached} positions but the history has {history} tokens")]
+    CacheMismatch { cached: usize, history: usize },
     #[error("the prompt is empty after tokenization")]
     EmptyPrompt,
     #[error("invalid context size {0}: it must be at least 1 and at most {1}")]
     BadContextSize(usize, usize),
     #[error("chat template: {0}")]
     Template(String),
+    #[error("the conversation needs {needed} tokens but the context holds {n_ctx} (--context-overflow {policy}): /reset, or raise --ctx-size")]
+    ContextOverflow {
+        needed: usize,
+        n_ctx: usize,
+        policy: &'static str,
+    },
+    #[error("{path}: {detail}")]
+    Io { path: String, detail: String },
 }
 
 pub type Result<T, E = InferError> = std::result::Result<T, E>;
@@ -152,30 +162,66 @@ impl Engine {
         opts: &GenerateOptions,
         keep_first_logits: bool,
         tap: &mut dyn Tap,
-        mut on_piece: impl FnMut(&str) -> bool,
+        on_piece: impl FnMut(&str) -> bool,
     ) -> Result<Generation> {
-        if prompt.is_empty() {
-            return Err(InferError::EmptyPrompt);
-        }
         if prompt.len() > opts.n_ctx {
             return Err(InferError::PromptTooLong {
                 prompt: prompt.len(),
                 n_ctx: opts.n_ctx,
             });
         }
+        let mut cache = self.new_cache(opts.n_ctx)?;
+        self.generate_in(
+            cache.as_mut(),
+            &[],
+            prompt,
+            opts,
+            keep_first_logits,
+            tap,
+            on_piece,
+        )
+    }
+
+    /// [`Engine::generate`] continuing `cache`, which holds `history` (positions
+    /// `0..history.len()`; they also feed the sampler's penalty window): evaluates `prompt` after
+    /// them and samples. The cache keeps everything evaluated, so a conversation's next turn
+    /// only evaluates its new tokens.
+    #[allow(clippy::too_many_arguments)]
+    pub fn generate_in(
+        &self,
+        cache: &mut dyn Cache,
+        history: &[u32],
+        prompt: &[u32],
+        opts: &GenerateOptions,
+        keep_first_logits: bool,
+        tap: &mut dyn Tap,
+        mut on_piece: impl FnMut(&str) -> bool,
+    ) -> Result<Generation> {
+        if prompt.is_empty() {
+            return Err(InferError::EmptyPrompt);
+        }
+        if cache.len() != history.len() {
+            return Err(InferError::CacheMismatch {
+                cached: cache.len(),
+                history: history.len(),
+            });
+        }
+        if history.len() + prompt.len() > cache.capacity() {
+            return Err(InferError::PromptTooLong {
+                prompt: history.len() + prompt.len(),
+                n_ctx: cache.capacity(),
+            });
+        }
         let mut sampler = Sampler::new(opts.sampler.clone())?;
-        for &t in prompt {
+        for &t in history.iter().chain(prompt) {
             sampler.accept(t);
         }
-        let mut cache = self.new_cache(opts.n_ctx)?;
         let mut timings = Timings {
             prompt_tokens: prompt.len(),
             ..Default::default()
         };
         let start = Instant::now();
-        let mut logits = self
-            .model
-            .forward(prompt, cache.as_mut(), Logits::Last, tap)?;
+        let mut logits = self.model.forward(prompt, cache, Logits::Last, tap)?;
         timings.prompt_seconds = start.elapsed().as_secs_f64();
         let first_logits = keep_first_logits.then(|| logits.clone());
 
@@ -214,7 +260,7 @@ impl Engine {
                 break;
             }
             if let Some(pick) = sampler.device_pick() {
-                let candidates = self.model.forward_pick(&[token], cache.as_mut(), &pick)?;
+                let candidates = self.model.forward_pick(&[token], cache, &pick)?;
                 chosen = Some(if pick.top_k == 0 {
                     candidates
                         .first()
@@ -226,7 +272,7 @@ impl Engine {
             } else {
                 logits = self
                     .model
-                    .forward(&[token], cache.as_mut(), Logits::Last, &mut NoTap)?;
+                    .forward(&[token], cache, Logits::Last, &mut NoTap)?;
             }
         }
         let rest = stream.finish();

@@ -6,6 +6,8 @@
 
 mod chat;
 mod engine;
+mod session;
 
-pub use chat::{render_chat, ChatMessage};
+pub use chat::{render_chat, render_chat_at, ChatMessage};
 pub use engine::{Engine, GenerateOptions, Generation, InferError, Result, StopReason, Timings};
+pub use session::{ChatSession, ChatTemplate, ContextOverflow, Reply, Transcript, TurnStats};
