@@ -419,3 +419,62 @@ fn chat_context_overflow_policies() {
     assert!(ok, "{stderr}");
     assert!(stderr.contains("dropped the"), "{stderr}");
 }
+
+/// Ctrl-C (SIGINT) while an answer streams stops that answer and keeps the chat going: the next
+/// piped message is answered, and `/stats` shows the cut first turn.
+#[test]
+fn chat_ctrl_c_stops_the_answer_not_the_chat() {
+    use std::io::{Read, Write};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_synaptix"))
+        .args([
+            "chat",
+            &gemma(),
+            "--temp",
+            "0",
+            "-n",
+            "400",
+            "-t",
+            "2",
+            "--device",
+            "cpu",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("synaptix chat starts");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"Write a very long essay about the history of Rome.\nSay hello.\n/stats\n")
+        .unwrap();
+    // Wait for the first streamed bytes (the handler is installed before generation starts).
+    let mut stdout = child.stdout.take().unwrap();
+    let mut first = [0u8; 16];
+    let n = stdout.read(&mut first).unwrap();
+    assert!(n > 0, "no output before the interrupt");
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(kill.success());
+    drop(stdin);
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("[stopped]"), "{stderr}");
+    let turn = |k: usize| -> usize {
+        let line = stderr
+            .lines()
+            .find(|l| l.starts_with(&format!("turn {k}:")))
+            .unwrap_or_else(|| panic!("no stats for turn {k}: {stderr}"));
+        line.split(" tokens at ")
+            .next()
+            .and_then(|s| s.rsplit(", ").next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{line}"))
+    };
+    assert!(turn(1) < 400, "the first answer was not cut");
+    assert!(turn(2) > 0, "the second message was not answered");
+}
