@@ -25,7 +25,8 @@ pre-tokenizer regular expressions of Llama 3 (`llama-bpe`), Qwen2 and GPT-2, run
 file is at hand, so this is how the Llama 3 splitting is checked.
 
 The binary is taken from --llama-tokenize, else $LLAMA_TOKENIZE, else
-/work/peer/llama.cpp/build/bin/llama-tokenize; its shared libraries are expected beside it.
+../peer/llama.cpp/build/bin/llama-tokenize beside the repository (where
+../shared/peer/llamacpp.sh builds it); its shared libraries are expected beside it.
 Models come from --models, else $SYNAPTIX_MODELS, else ${XDG_CACHE_HOME:-~/.cache}/synaptix/models
 (scripts/fetch-models.sh downloads them).
 """
@@ -180,7 +181,9 @@ def write_pretok_goldens(corpus: list[dict], out: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--llama-tokenize", type=Path,
-                    default=Path(os.environ.get("LLAMA_TOKENIZE", "/work/peer/llama.cpp/build/bin/llama-tokenize")))
+                    default=Path(os.environ.get(
+                        "LLAMA_TOKENIZE",
+                        Path(__file__).resolve().parents[3] / "peer/llama.cpp/build/bin/llama-tokenize")))
     ap.add_argument("--models", type=Path, default=default_models_dir())
     ap.add_argument("--corpus", type=Path, default=FIXTURES / "corpus.json")
     ap.add_argument("--out", type=Path, default=FIXTURES)

@@ -7,45 +7,10 @@
 use synaptix_core::DType;
 use synaptix_kernels_cuda::gemm_k;
 use synaptix_kernels_cuda::ops::{self, DeviceActs, DeviceMatrix};
-use synaptix_kernels_cuda::{cuda_status, CudaDevice, CudaStatus, DeviceBuffer};
+use synaptix_kernels_cuda::CudaDevice;
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn uniform(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    }
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n).map(|_| self.uniform() * scale).collect()
-    }
-}
-
-fn device() -> Option<(CudaDevice, Rng)> {
-    match cuda_status() {
-        CudaStatus::Unavailable(why) => {
-            eprintln!("SKIPPED: no usable GPU ({why})");
-            None
-        }
-        CudaStatus::Available { .. } => {
-            let seed = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64);
-            eprintln!("seed {seed}");
-            Some((CudaDevice::new(0).expect("device 0"), Rng(seed)))
-        }
-    }
-}
-
-fn poisoned(dev: &CudaDevice, n: usize) -> DeviceBuffer<f32> {
-    dev.upload(&vec![f32::NAN; n]).unwrap()
-}
+mod common;
+use common::*;
 
 /// Byte offsets of the f16 `d` (and `dmin`) fields of each k-quant super-block.
 fn scale_fields(dtype: DType) -> &'static [usize] {
@@ -98,44 +63,6 @@ fn activations(rng: &mut Rng, m: usize, cols: usize, extreme: bool) -> Vec<f32> 
         }
     }
     x
-}
-
-/// The CPU result (activations quantized to Q8_K, exact integer lane sums, ggml's f32 chains).
-fn cpu_matmul(dtype: DType, w: &[u8], rows: usize, cols: usize, x: &[f32], m: usize) -> Vec<f32> {
-    let mut y = vec![0f32; m * rows];
-    let view = synaptix_kernels_cpu::WeightView {
-        dtype,
-        data: w,
-        rows,
-        cols,
-    };
-    synaptix_kernels_cpu::matmul(view, x, m, &mut y).unwrap();
-    y
-}
-
-/// Outputs `got[i][r]` (row-major `[m, rows]`) whose bits differ from the CPU's: their count
-/// and the first few, spelled out.
-fn bit_mismatches(got: &[f32], want: &[f32], rows: usize) -> (usize, String) {
-    assert_eq!(got.len(), want.len());
-    let bad: Vec<usize> = (0..want.len())
-        .filter(|&i| got[i].to_bits() != want[i].to_bits())
-        .collect();
-    let first: Vec<String> = bad
-        .iter()
-        .take(8)
-        .map(|&i| {
-            format!(
-                "y[{}][{}]: gpu {:e} ({:#010x}), cpu {:e} ({:#010x})",
-                i / rows,
-                i % rows,
-                got[i],
-                got[i].to_bits(),
-                want[i],
-                want[i].to_bits()
-            )
-        })
-        .collect();
-    (bad.len(), first.join("\n  "))
 }
 
 const K_QUANTS: [DType; 5] = [DType::Q4K, DType::Q6K, DType::Q5K, DType::Q3K, DType::Q2K];

@@ -8,41 +8,10 @@
 use std::collections::HashMap;
 
 use synaptix_kernels_cuda::sample::{self, MAX_TOP_K};
-use synaptix_kernels_cuda::{cuda_status, CudaDevice, CudaStatus, DeviceBuffer};
+use synaptix_kernels_cuda::{CudaDevice, DeviceBuffer};
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn uniform(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-    }
-}
-
-fn device() -> Option<(CudaDevice, Rng)> {
-    match cuda_status() {
-        CudaStatus::Unavailable(why) => {
-            eprintln!("SKIPPED: no usable GPU ({why})");
-            None
-        }
-        CudaStatus::Available { .. } => {
-            let seed = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64);
-            eprintln!("seed {seed}");
-            Some((CudaDevice::new(0).expect("device 0"), Rng(seed)))
-        }
-    }
-}
+mod common;
+use common::*;
 
 /// The CPU sampler's candidates: NaN filtered, highest logit first (`total_cmp`), ties to the
 /// lowest id, truncated to k (crates/sample/src/lib.rs `Sampler::sample`).
