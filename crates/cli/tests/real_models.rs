@@ -478,3 +478,30 @@ fn chat_ctrl_c_stops_the_answer_not_the_chat() {
     assert!(turn(1) < 400, "the first answer was not cut");
     assert!(turn(2) > 0, "the second message was not answered");
 }
+
+/// A chat template that does not parse, or a missing one, is a one-line error before any turn.
+#[test]
+fn chat_rejects_a_broken_template() {
+    let dir = std::env::temp_dir().join(format!("synaptix-tmpl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.jinja");
+    std::fs::write(&bad, "{% for x in %}").unwrap();
+    for template in [
+        bad.display().to_string(),
+        dir.join("missing.jinja").display().to_string(),
+    ] {
+        let out = synaptix(&[
+            "chat",
+            &qwen(),
+            "--device",
+            "cpu",
+            "--chat-template",
+            &template,
+        ]);
+        assert!(!out.status.success());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(stderr.starts_with("error: "), "{stderr}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

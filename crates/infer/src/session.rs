@@ -57,6 +57,10 @@ impl ChatTemplate {
                     (t.to_string(), true)
                 }
             };
+        // Syntax errors show now, not at the first message.
+        minijinja::Environment::new()
+            .template_from_str(&text)
+            .map_err(|e| InferError::Template(e.to_string()))?;
         let bos = piece(engine.tokenizer.bos());
         Ok(ChatTemplate {
             text,
