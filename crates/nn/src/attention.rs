@@ -2,7 +2,8 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 use rayon::prelude::*;
 
-use crate::{ggml_math, NnError, Result};
+use crate::attention_kernels as kernels;
+use crate::{NnError, Result};
 
 /// The shape of one attention layer.
 #[derive(Debug, Clone, Copy)]
@@ -30,13 +31,15 @@ pub struct LayerKv {
 }
 
 impl LayerKv {
-    /// A zeroed cache; an allocation the machine cannot satisfy is an error, not an abort.
+    /// A zeroed cache; an allocation the machine cannot satisfy is an error, not an abort. The
+    /// keys are followed by [`kernels::KEY_PAD`] zeros, which the SIMD kernel may read past the
+    /// last position (into lanes it discards).
     pub fn new(n_kv_heads: usize, head_dim: usize, capacity: usize) -> Result<LayerKv> {
         let n = n_kv_heads
             .checked_mul(capacity)
             .and_then(|v| v.checked_mul(head_dim))
             .ok_or(NnError::OutOfMemory { bytes: usize::MAX })?;
-        let zeroed = || -> Result<Vec<f16>> {
+        let zeroed = |n: usize| -> Result<Vec<f16>> {
             let mut v = Vec::new();
             v.try_reserve_exact(n).map_err(|_| NnError::OutOfMemory {
                 bytes: n.saturating_mul(4),
@@ -45,8 +48,8 @@ impl LayerKv {
             Ok(v)
         };
         Ok(LayerKv {
-            k: zeroed()?,
-            v: zeroed()?,
+            k: zeroed(n + kernels::KEY_PAD)?,
+            v: zeroed(n)?,
             n_kv_heads,
             head_dim,
             capacity,
@@ -85,13 +88,19 @@ impl LayerKv {
         &self.k[start..start + self.capacity]
     }
 
+    /// Keys of head `h` from dimension 0 to the end of the cache (with the padding):
+    /// dimension `d` of position `p` at `d * capacity + p`.
+    fn head_keys(&self, h: usize) -> &[f16] {
+        &self.k[h * self.head_dim * self.capacity..]
+    }
+
     fn head_values(&self, h: usize) -> &[f16] {
         let len = self.capacity * self.head_dim;
         &self.v[h * len..(h + 1) * len]
     }
 
     pub fn bytes(&self) -> usize {
-        (self.k.len() + self.v.len()) * 2
+        (self.k.len() - kernels::KEY_PAD + self.v.len()) * 2
     }
 }
 
@@ -103,14 +112,29 @@ impl LayerKv {
 /// `scale`; softmax with f32 `exp` and an f64 normaliser; probabilities rounded to f16 and
 /// each output an f64 sum of exact f16×f16 products.
 pub fn attend(spec: &AttentionSpec, q: &[f32], kv: &LayerKv, positions: &[usize]) -> Vec<f32> {
-    /// Query rows sharing one f32 copy of their keys and values (prefill converts each cached
-    /// f16 value once per chunk instead of once per row).
+    attend_with(spec, q, kv, positions, true)
+}
+
+/// [`attend`], with the SIMD kernels allowed (`simd`, where the CPU has them) or not: both give
+/// identical bits.
+fn attend_with(
+    spec: &AttentionSpec,
+    q: &[f32],
+    kv: &LayerKv,
+    positions: &[usize],
+    simd: bool,
+) -> Vec<f32> {
+    /// Query rows of one task.
     const ROWS_PER_TASK: usize = 32;
+    /// Query rows whose scores and outputs are computed together (each key and value loaded
+    /// once for all of them).
+    const ROWS_PER_BLOCK: usize = 8;
     let hd = spec.head_dim;
     let width = spec.n_heads * hd;
     let group = spec.n_heads / spec.n_kv_heads;
     let first_of = |pos: usize| spec.window.map_or(0, |w| (pos + 1).saturating_sub(w));
     let chunks = positions.len().div_ceil(ROWS_PER_TASK);
+    let use_simd = simd && kernels::simd_available() && hd.is_multiple_of(8);
     // Task (head, chunk of rows) -> [rows in chunk, hd] outputs.
     let results: Vec<Vec<f32>> = (0..spec.n_heads * chunks)
         .into_par_iter()
@@ -125,49 +149,99 @@ pub fn attend(spec: &AttentionSpec, q: &[f32], kv: &LayerKv, positions: &[usize]
                 .unwrap_or(0);
             let hi = rows.clone().map(|r| positions[r]).max().unwrap_or(0);
             let span = hi + 1 - lo;
-            // Keys dimension-major and values position-major, as exact f32 copies of the f16s.
-            let mut keys = vec![0f32; hd * span];
-            for (d, dst) in keys.chunks_exact_mut(span).enumerate() {
-                kv.key_dim(kvh, d)[lo..=hi].convert_to_f32_slice(dst);
+            let values16 = &kv.head_values(kvh)[lo * hd..(hi + 1) * hd];
+            // (f16 infinities and NaNs have all exponent bits set; no short cut, so this
+            // vectorises.)
+            let values_finite = values16
+                .iter()
+                .fold(true, |ok, v| ok & (v.to_bits() & 0x7c00 != 0x7c00));
+            // The SIMD kernels read the f16 cache. The scalar ones take keys dimension-major and
+            // values position-major as exact f32 copies of the f16s (prefill converts each
+            // cached value once per chunk instead of once per row).
+            let (mut keys, mut values) = (Vec::new(), Vec::new());
+            if !use_simd {
+                keys = vec![0f32; hd * span];
+                for (d, dst) in keys.chunks_exact_mut(span).enumerate() {
+                    kv.key_dim(kvh, d)[lo..=hi].convert_to_f32_slice(dst);
+                }
+                values = vec![0f32; span * hd];
+                values16.convert_to_f32_slice(&mut values);
             }
-            let mut values = vec![0f32; span * hd];
-            kv.head_values(kvh)[lo * hd..(hi + 1) * hd].convert_to_f32_slice(&mut values);
+            // Queries rounded to f16 (exact in f64).
+            let mut q16 = vec![f16::ZERO; rows.len() * hd];
+            for (row, dst) in rows.clone().zip(q16.chunks_exact_mut(hd)) {
+                dst.convert_from_f32_slice(&q[row * width + h * hd..][..hd]);
+            }
+            let mut q32 = vec![0f32; q16.len()];
+            q16.convert_to_f32_slice(&mut q32);
+            let qh: Vec<f64> = q32.iter().map(|&v| v as f64).collect();
             let mut out = Vec::with_capacity(rows.len() * hd);
-            for row in rows {
-                let pos = positions[row];
-                let first = first_of(pos);
-                let qh: Vec<f32> = q[row * width + h * hd..row * width + (h + 1) * hd]
-                    .iter()
-                    .map(|&v| f16::from_f32(v).to_f32())
-                    .collect();
-                // Scores for positions first..=pos side by side, each an f64 sum over dimensions
-                // in order (the order of ggml's f16 dot product): vectorises across positions.
-                let n = pos + 1 - first;
-                let mut dots = vec![0f64; n];
-                for (d, &qd) in qh.iter().enumerate() {
-                    let kd = &keys[d * span + (first - lo)..][..n];
-                    for (acc, &k) in dots.iter_mut().zip(kd) {
-                        *acc += (k * qd) as f64;
+            let (mut dots, mut weights, mut probs, mut acc) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let (mut probs16, mut rounded) = (Vec::new(), Vec::new());
+            for block_start in rows.clone().step_by(ROWS_PER_BLOCK) {
+                let block = block_start..(block_start + ROWS_PER_BLOCK).min(rows.end);
+                let nb = block.len();
+                let blo = block
+                    .clone()
+                    .map(|r| first_of(positions[r]))
+                    .min()
+                    .unwrap_or(0);
+                let bhi = block.clone().map(|r| positions[r]).max().unwrap_or(0);
+                let n = bhi + 1 - blo;
+                // Scores for positions blo..=bhi of every row in the block, each an f64 sum over
+                // dimensions in order (the order of ggml's f16 dot product).
+                let stride = kernels::padded_positions(n, nb);
+                dots.clear();
+                dots.resize(nb * stride, 0f64);
+                let qb = &qh[(block.start - rows.start) * hd..(block.end - rows.start) * hd];
+                if use_simd {
+                    let keys = kv.head_keys(kvh);
+                    kernels::scores_simd(qb, hd, keys, kv.capacity, blo, n, &mut dots);
+                } else {
+                    kernels::scores_scalar(qb, hd, &keys, span, blo - lo, n, &mut dots);
+                }
+                // Probabilities rounded to f16, position-major: weights[j * nb + i] for position
+                // blo + j of row i (zero outside the row's range).
+                weights.clear();
+                weights.resize(n * nb, 0f64);
+                for (i, row) in block.clone().enumerate() {
+                    let pos = positions[row];
+                    let first = first_of(pos);
+                    // At their absolute positions, padded to whole groups of four with masked
+                    // entries, as ggml lays out its (256-padded) KV rows: the softmax groups by
+                    // index.
+                    // Groups wholly before `first` (all masked) add exactly zero to the softmax
+                    // total and get probability zero, so the row starts at `first`'s group.
+                    let base = first / 4 * 4;
+                    probs.clear();
+                    probs.resize((pos + 1).next_multiple_of(4) - base, f32::NEG_INFINITY);
+                    let dr = &dots[i * stride + (first - blo)..][..pos + 1 - first];
+                    for (score, dot) in probs[first - base..=pos - base].iter_mut().zip(dr) {
+                        *score = *dot as f32 * spec.scale;
+                    }
+                    kernels::softmax(use_simd, &mut probs);
+                    let m = pos + 1 - first;
+                    probs16.clear();
+                    probs16.resize(m, f16::ZERO);
+                    probs16.convert_from_f32_slice(&probs[first - base..=pos - base]);
+                    rounded.clear();
+                    rounded.resize(m, 0f32);
+                    probs16.convert_to_f32_slice(&mut rounded);
+                    for (j, &w) in rounded.iter().enumerate() {
+                        weights[(first - blo + j) * nb + i] = w as f64;
                     }
                 }
-                // At their absolute positions, padded to whole groups of four with masked
-                // entries, as ggml lays out its (256-padded) KV rows: the softmax groups by index.
-                let mut probs = vec![f32::NEG_INFINITY; (pos + 1).next_multiple_of(4)];
-                for (score, dot) in probs[first..=pos].iter_mut().zip(&dots) {
-                    *score = *dot as f32 * spec.scale;
-                }
-                ggml_math::softmax_inplace(&mut probs);
-                let mut acc = vec![0f64; hd];
-                for p in first..=pos {
-                    let w = f16::from_f32(probs[p]).to_f32();
-                    if w == 0.0 {
-                        // Adds exactly nothing in the reference either.
-                        continue;
+                // Outputs, each an f64 sum over positions in order.
+                acc.clear();
+                acc.resize(nb * hd, 0f64);
+                let (w, vb) = (&weights, (blo - lo) * hd);
+                match (use_simd, values_finite) {
+                    (true, true) => kernels::outputs_simd(w, nb, n, &values16[vb..], hd, &mut acc),
+                    (true, false) => {
+                        kernels::outputs_scalar(w, nb, n, &values16[vb..], hd, &mut acc)
                     }
-                    let v = &values[(p - lo) * hd..][..hd];
-                    for (a, &vv) in acc.iter_mut().zip(v) {
-                        *a += (vv * w) as f64;
-                    }
+                    (false, _) => kernels::outputs_scalar(w, nb, n, &values[vb..], hd, &mut acc),
                 }
                 out.extend(acc.iter().map(|&a| a as f32));
             }
@@ -188,6 +262,7 @@ pub fn attend(spec: &AttentionSpec, q: &[f32], kv: &LayerKv, positions: &[usize]
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ggml_math;
 
     /// Reference attention in f64 without any f16 rounding.
     fn naive(
@@ -228,6 +303,92 @@ mod tests {
         out
     }
 
+    /// `attend` as it was before the SIMD kernels (one row at a time, f32 products widened to
+    /// f64): the new code must reproduce it bit for bit.
+    fn original(spec: &AttentionSpec, q: &[f32], kv: &LayerKv, positions: &[usize]) -> Vec<f32> {
+        /// Query rows sharing one f32 copy of their keys and values (prefill converts each cached
+        /// f16 value once per chunk instead of once per row).
+        const ROWS_PER_TASK: usize = 32;
+        let hd = spec.head_dim;
+        let width = spec.n_heads * hd;
+        let group = spec.n_heads / spec.n_kv_heads;
+        let first_of = |pos: usize| spec.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let chunks = positions.len().div_ceil(ROWS_PER_TASK);
+        // Task (head, chunk of rows) -> [rows in chunk, hd] outputs.
+        let results: Vec<Vec<f32>> = (0..spec.n_heads * chunks)
+            .into_par_iter()
+            .map(|task| {
+                let (h, chunk) = (task / chunks, task % chunks);
+                let rows =
+                    chunk * ROWS_PER_TASK..((chunk + 1) * ROWS_PER_TASK).min(positions.len());
+                let kvh = h / group;
+                let lo = rows
+                    .clone()
+                    .map(|r| first_of(positions[r]))
+                    .min()
+                    .unwrap_or(0);
+                let hi = rows.clone().map(|r| positions[r]).max().unwrap_or(0);
+                let span = hi + 1 - lo;
+                // Keys dimension-major and values position-major, as exact f32 copies of the f16s.
+                let mut keys = vec![0f32; hd * span];
+                for (d, dst) in keys.chunks_exact_mut(span).enumerate() {
+                    kv.key_dim(kvh, d)[lo..=hi].convert_to_f32_slice(dst);
+                }
+                let mut values = vec![0f32; span * hd];
+                kv.head_values(kvh)[lo * hd..(hi + 1) * hd].convert_to_f32_slice(&mut values);
+                let mut out = Vec::with_capacity(rows.len() * hd);
+                for row in rows {
+                    let pos = positions[row];
+                    let first = first_of(pos);
+                    let qh: Vec<f32> = q[row * width + h * hd..row * width + (h + 1) * hd]
+                        .iter()
+                        .map(|&v| f16::from_f32(v).to_f32())
+                        .collect();
+                    // Scores for positions first..=pos side by side, each an f64 sum over
+                    // dimensions in order.
+                    let n = pos + 1 - first;
+                    let mut dots = vec![0f64; n];
+                    for (d, &qd) in qh.iter().enumerate() {
+                        let kd = &keys[d * span + (first - lo)..][..n];
+                        for (acc, &k) in dots.iter_mut().zip(kd) {
+                            *acc += (k * qd) as f64;
+                        }
+                    }
+                    // At their absolute positions, padded to whole groups of four with masked
+                    // entries: the softmax groups by index.
+                    let mut probs = vec![f32::NEG_INFINITY; (pos + 1).next_multiple_of(4)];
+                    for (score, dot) in probs[first..=pos].iter_mut().zip(&dots) {
+                        *score = *dot as f32 * spec.scale;
+                    }
+                    ggml_math::softmax_inplace(&mut probs);
+                    let mut acc = vec![0f64; hd];
+                    for p in first..=pos {
+                        let w = f16::from_f32(probs[p]).to_f32();
+                        if w == 0.0 {
+                            // Adds exactly nothing in the reference either.
+                            continue;
+                        }
+                        let v = &values[(p - lo) * hd..][..hd];
+                        for (a, &vv) in acc.iter_mut().zip(v) {
+                            *a += (vv * w) as f64;
+                        }
+                    }
+                    out.extend(acc.iter().map(|&a| a as f32));
+                }
+                out
+            })
+            .collect();
+        let mut out = vec![0f32; positions.len() * width];
+        for (task, block) in results.iter().enumerate() {
+            let (h, chunk) = (task / chunks, task % chunks);
+            for (i, row_out) in block.chunks_exact(hd).enumerate() {
+                let row = chunk * ROWS_PER_TASK + i;
+                out[row * width + h * hd..][..hd].copy_from_slice(row_out);
+            }
+        }
+        out
+    }
+
     fn pseudo_random(n: usize, seed: u32) -> Vec<f32> {
         let mut s = seed;
         (0..n)
@@ -263,6 +424,64 @@ mod tests {
                 .map(|(a, b)| (a - b).abs())
                 .fold(0.0, f32::max);
             assert!(err < 5e-3, "max error {err} (window {window:?})");
+        }
+    }
+
+    /// The SIMD and scalar kernels give the bits of the original code, for prefill chunks,
+    /// single decode rows, GQA, sliding windows, head sizes that are not multiples of 16 or 8,
+    /// large magnitudes and a non-finite value.
+    #[test]
+    fn kernels_match_the_original_bit_for_bit() {
+        let cases: [(usize, usize, usize, Option<usize>, usize); 7] = [
+            (4, 1, 256, None, 70),
+            (4, 2, 64, Some(5), 45),
+            (2, 2, 24, None, 37),
+            (3, 1, 8, Some(40), 33),
+            (2, 1, 12, None, 19),
+            (2, 1, 48, Some(17), 50),
+            (1, 1, 32, None, 1),
+        ];
+        for (seed, &(n_heads, n_kv_heads, hd, window, n)) in cases.iter().enumerate() {
+            let spec = AttentionSpec {
+                n_heads,
+                n_kv_heads,
+                head_dim: hd,
+                scale: 0.125,
+                window,
+            };
+            let seed = seed as u32 * 10;
+            let big = |x: f32| x * 40.0;
+            let k: Vec<f32> = pseudo_random(n * n_kv_heads * hd, seed + 1)
+                .into_iter()
+                .map(big)
+                .collect();
+            let mut v = pseudo_random(n * n_kv_heads * hd, seed + 2);
+            if seed == 50 {
+                // An f16 overflow in a value: the SIMD output kernel must step aside.
+                v[3 * n_kv_heads * hd + 1] = 1e6;
+            }
+            let q = pseudo_random(n * n_heads * hd, seed + 3);
+            let mut kv = LayerKv::new(n_kv_heads, hd, n + 8).unwrap();
+            let all: Vec<usize> = (0..n).collect();
+            kv.write(&k, &v, &all).unwrap();
+            // Prefill of everything, a continuation chunk, and a single decode row.
+            let split = n / 3;
+            for rows in [0..n, split..n, n - 1..n] {
+                let positions: Vec<usize> = rows.clone().collect();
+                let qr = &q[rows.start * n_heads * hd..rows.end * n_heads * hd];
+                let want = original(&spec, qr, &kv, &positions);
+                for simd in [true, false] {
+                    let got = attend_with(&spec, qr, &kv, &positions, simd);
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()));
+                    assert!(
+                        same,
+                        "case {n_heads}/{n_kv_heads}/{hd}/{window:?}, rows {rows:?}, simd {simd}"
+                    );
+                }
+            }
         }
     }
 

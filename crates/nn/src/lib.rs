@@ -7,6 +7,7 @@
 //! llama.cpp's portable build) or [`CudaBackend`].
 
 mod attention;
+mod attention_kernels;
 mod backend;
 mod block;
 pub mod cpu;
