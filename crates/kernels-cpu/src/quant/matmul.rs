@@ -207,18 +207,32 @@ fn run(
     } else {
         yt.chunks_mut(chunk_rows * m).enumerate().for_each(run);
     }
-    let transpose = |(i, yr): (usize, &mut [f32])| {
-        yr.iter_mut()
-            .enumerate()
-            .for_each(|(j, v)| *v = yt[j * m + i]);
+    // In bands of TRANSPOSE_ROWS output rows: each yt row segment read is one cache line that
+    // feeds that many output rows, instead of one strided load per output value.
+    let transpose = |(b, band): (usize, &mut [f32])| {
+        let i0 = b * TRANSPOSE_ROWS;
+        let rows = band.len() / n;
+        for j in 0..n {
+            let src = &yt[j * m + i0..j * m + i0 + rows];
+            for (ii, &v) in src.iter().enumerate() {
+                band[ii * n + j] = v;
+            }
+        }
     };
     if parallel {
-        y.par_chunks_mut(n).enumerate().for_each(transpose);
+        y.par_chunks_mut(TRANSPOSE_ROWS * n)
+            .enumerate()
+            .for_each(transpose);
     } else {
-        y.chunks_mut(n).enumerate().for_each(transpose);
+        y.chunks_mut(TRANSPOSE_ROWS * n)
+            .enumerate()
+            .for_each(transpose);
     }
     Ok(())
 }
+
+/// Output rows written together when the weight-row-major results are transposed.
+const TRANSPOSE_ROWS: usize = 16;
 
 /// Everything a chunk of output rows needs; lengths were validated by `matmul`.
 struct RowJob<'a> {
