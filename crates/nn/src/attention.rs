@@ -39,13 +39,26 @@ impl LayerKv {
             .checked_mul(capacity)
             .and_then(|v| v.checked_mul(head_dim))
             .ok_or(NnError::OutOfMemory { bytes: usize::MAX })?;
+        // Zeroed by the allocator (calloc): the pages of positions never written are never
+        // touched, so a large context costs memory only as it fills.
         let zeroed = |n: usize| -> Result<Vec<f16>> {
-            let mut v = Vec::new();
-            v.try_reserve_exact(n).map_err(|_| NnError::OutOfMemory {
-                bytes: n.saturating_mul(4),
-            })?;
-            v.resize(n, f16::ZERO);
-            Ok(v)
+            let oom = NnError::OutOfMemory {
+                bytes: n.saturating_mul(2),
+            };
+            if n == 0 {
+                return Ok(Vec::new());
+            }
+            let layout = std::alloc::Layout::array::<f16>(n).map_err(|_| oom)?;
+            // SAFETY: the layout has a non-zero size; all-zero bits are a valid f16 (+0.0).
+            let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<f16>();
+            if p.is_null() {
+                return Err(NnError::OutOfMemory {
+                    bytes: n.saturating_mul(2),
+                });
+            }
+            // SAFETY: `p` was allocated by the global allocator with the layout of `n` f16s,
+            // all initialised (zero); the Vec takes ownership with length = capacity = n.
+            Ok(unsafe { Vec::from_raw_parts(p, n, n) })
         };
         Ok(LayerKv {
             k: zeroed(n + kernels::KEY_PAD)?,
