@@ -22,14 +22,14 @@ const SERIAL_WORK_BYTES: usize = 96 * 1024;
 
 /// Activation rows processed together against each weight row when m > 1, so the rows' quants
 /// (up to `TILE_M * k` bytes) stay in cache while a chunk of weight rows streams through.
-const TILE_M: usize = 16;
+const TILE_M: usize = 32;
 
 /// `y[m×n] = x[m×k] · Wᵀ` where `W` is `w` (n×k). Each row of `x` is quantized once to the
 /// activation format of `w.dtype` ([`quantize_acts`](super::quantize_acts)), and every output is
 /// exactly [`vec_dot`](super::vec_dot) of its weight row and activation row, i.e. bit-identical
 /// with ggml's portable build whatever the thread count. Output rows are split into chunks over
 /// the ambient rayon pool, and within a chunk every weight row is read (and its blocks unpacked)
-/// once per tile of up to 16 `x` rows.
+/// once per tile of up to 32 `x` rows.
 ///
 /// Errors: unsupported weight type, `w.data` not `rows` rows of `cols` elements, `x.len() !=
 /// m * cols`, `y.len() != m * rows`, or `cols` not a multiple of the block length.

@@ -18,6 +18,9 @@
 //!   weight rows at once, one row per f64 lane (single dots use the scalar kernel);
 //! - 32-element block types: integer sums of eight blocks at a time, the per-block float terms
 //!   computed lane-wise, then added to the running f32 sum one by one in block order;
+//!   with AVX-512 VNNI and several activation rows, the sums of one block with up to 16 rows
+//!   at once (one row per 32-bit lane of a 512-bit vector, activation quants regrouped per
+//!   tile), so each row's running sum is one lane and the block terms are added in order;
 //! - k-quants: the eight lane sums of ggml's `aux32` (lane = element index mod 8) from `maddubs`
 //!   on weights and activations both in pair order (elements `i`, `i + 8` of each 16 adjacent),
 //!   then `sums[l] += d * lane[l]` as one 8-lane vector operation.
@@ -625,6 +628,18 @@ unsafe fn legacy_block<const KIND: u8, const VNNI: bool>(
     out: &mut [f32],
     stride: usize,
 ) {
+    if VNNI && acts.len() > 1 {
+        // Prefill: the activation rows in the lanes of one or two vectors.
+        for (t, tile) in acts.chunks(2 * LANES).enumerate() {
+            let out = &mut out[t * 2 * LANES..];
+            if tile.len() > LANES {
+                legacy_lanes::<KIND, 2>(w, row_bytes, nrows, tile, out, stride);
+            } else {
+                legacy_lanes::<KIND, 1>(w, row_bytes, nrows, tile, out, stride);
+            }
+        }
+        return;
+    }
     for (t, tile) in acts.chunks(MAX_ACTS).enumerate() {
         let out = &mut out[t * MAX_ACTS..];
         // One activation row (decode) gets its own instance so that the running sum, a serial
@@ -822,6 +837,320 @@ unsafe fn legacy_tile<const KIND: u8, const VNNI: bool, const M: usize>(
         for (i, &si) in sum.iter().enumerate().take(tile.len()) {
             out[j * stride + i] = si;
         }
+    }
+}
+
+/// Activation rows of a [`legacy_lanes`] pass: one per 32-bit lane of a 512-bit vector.
+const LANES: usize = 16;
+
+/// 8×8 transpose of 32-bit elements: output `c` holds element `c` of each input, in input
+/// order.
+#[inline(always)]
+unsafe fn transpose8x8_epi32(r: &[__m256i; 8]) -> [__m256i; 8] {
+    let t0 = _mm256_unpacklo_epi32(r[0], r[1]);
+    let t1 = _mm256_unpackhi_epi32(r[0], r[1]);
+    let t2 = _mm256_unpacklo_epi32(r[2], r[3]);
+    let t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+    let t4 = _mm256_unpacklo_epi32(r[4], r[5]);
+    let t5 = _mm256_unpackhi_epi32(r[4], r[5]);
+    let t6 = _mm256_unpacklo_epi32(r[6], r[7]);
+    let t7 = _mm256_unpackhi_epi32(r[6], r[7]);
+    // u0: elements 0 | 4 of rows 0..4, u1: 1 | 5, u2: 2 | 6, u3: 3 | 7; u4..u8 rows 4..8.
+    let u0 = _mm256_unpacklo_epi64(t0, t2);
+    let u1 = _mm256_unpackhi_epi64(t0, t2);
+    let u2 = _mm256_unpacklo_epi64(t1, t3);
+    let u3 = _mm256_unpackhi_epi64(t1, t3);
+    let u4 = _mm256_unpacklo_epi64(t4, t6);
+    let u5 = _mm256_unpackhi_epi64(t4, t6);
+    let u6 = _mm256_unpacklo_epi64(t5, t7);
+    let u7 = _mm256_unpackhi_epi64(t5, t7);
+    [
+        _mm256_permute2x128_si256::<0x20>(u0, u4),
+        _mm256_permute2x128_si256::<0x20>(u1, u5),
+        _mm256_permute2x128_si256::<0x20>(u2, u6),
+        _mm256_permute2x128_si256::<0x20>(u3, u7),
+        _mm256_permute2x128_si256::<0x31>(u0, u4),
+        _mm256_permute2x128_si256::<0x31>(u1, u5),
+        _mm256_permute2x128_si256::<0x31>(u2, u6),
+        _mm256_permute2x128_si256::<0x31>(u3, u7),
+    ]
+}
+
+/// A tile of at most [`LANES`] activation rows rearranged for [`legacy_lanes`]: lane `i` of
+/// each 512-bit vector belongs to activation row `i` (unused lanes zero).
+struct LaneActs {
+    /// Block `b`, 4-byte group `c`: vector `b * 8 + c`, lane `i` the quants `4c..4c + 4` of
+    /// row `i`'s block `b` (biased by +128 to unsigned for Q8_0).
+    qs: Vec<__m512i>,
+    /// Per block: `-(Σq << off_shift)` (Q4_0 / Q5_0).
+    off: Vec<__m512i>,
+    /// Per block: the activation scales `d`.
+    d: Vec<__m512>,
+    /// Per block: `s` (Q4_1 / Q5_1).
+    s: Vec<__m512>,
+}
+
+#[inline(always)]
+unsafe fn lane_acts<const KIND: u8, const G: usize>(tile: &[QuantizedActs], nb: usize) -> LaneActs {
+    let kind = kind_of(KIND);
+    let shift = off_shift(KIND);
+    let n = tile.len();
+    let mut qs = vec![_mm512_setzero_si512(); nb * 8 * G];
+    let bias = _mm256_set1_epi8(if KIND == KIND_Q8_0 { -128 } else { 0 });
+    for b in 0..nb {
+        for half in 0..2 * G {
+            let mut r = [bias; 8];
+            for (ii, rr) in r.iter_mut().enumerate() {
+                let i = half * 8 + ii;
+                if i < n {
+                    let v = _mm256_loadu_si256(tile[i].qs.as_ptr().add(b * QK) as *const __m256i);
+                    *rr = _mm256_xor_si256(v, bias);
+                }
+            }
+            let t = transpose8x8_epi32(&r);
+            for (c, tc) in t.iter().enumerate() {
+                let dst = (qs.as_mut_ptr().add((b * 8 + c) * G) as *mut __m256i).add(half);
+                _mm256_storeu_si256(dst, *tc);
+            }
+        }
+    }
+    let mut off = Vec::new();
+    if shift > 0 {
+        off = vec![_mm512_setzero_si512(); nb * G];
+        for (bg, ob) in off.iter_mut().enumerate() {
+            let (b, g) = (bg / G, bg % G);
+            let mut v = [0i32; LANES];
+            for (vi, a) in v.iter_mut().zip(tile.iter().skip(g * LANES)) {
+                *vi = -(a.isum[b] << shift);
+            }
+            *ob = _mm512_loadu_si512(v.as_ptr() as *const __m512i);
+        }
+    }
+    let mut d = vec![_mm512_setzero_ps(); nb * G];
+    for (bg, db) in d.iter_mut().enumerate() {
+        let (b, g) = (bg / G, bg % G);
+        let mut v = [0f32; LANES];
+        for (vi, a) in v.iter_mut().zip(tile.iter().skip(g * LANES)) {
+            *vi = a.d[b];
+        }
+        *db = _mm512_loadu_ps(v.as_ptr());
+    }
+    let mut s = Vec::new();
+    if kind.has_min() {
+        s = vec![_mm512_setzero_ps(); nb * G];
+        for (bg, sb) in s.iter_mut().enumerate() {
+            let (b, g) = (bg / G, bg % G);
+            let mut v = [0f32; LANES];
+            for (vi, a) in v.iter_mut().zip(tile.iter().skip(g * LANES)) {
+                *vi = a.s[b];
+            }
+            *sb = _mm512_loadu_ps(v.as_ptr());
+        }
+    }
+    LaneActs { qs, off, d, s }
+}
+
+/// Weight rows one [`lanes_pass`] handles together (sharing the activation vectors).
+const LANE_ROWS: usize = 4;
+
+/// One weight row prepared for [`lanes_pass`]: per block the unsigned quants (4/5-bit types),
+/// `-(Σw << 7)` (Q8_0), and the half scale and minimum widened.
+struct LaneRow {
+    uq: Vec<__m256i>,
+    wcorr: Vec<i32>,
+    dw: Vec<f32>,
+    mw: Vec<f32>,
+}
+
+impl LaneRow {
+    fn new(kind: u8, nb: usize) -> Self {
+        let nibbles = kind != KIND_Q8_0;
+        let min = kind_of(kind).has_min();
+        // SAFETY: an all-zero bit pattern is a valid `__m256i`.
+        let zero = unsafe { core::mem::zeroed::<__m256i>() };
+        LaneRow {
+            uq: vec![zero; if nibbles { nb } else { 0 }],
+            wcorr: vec![0; if nibbles { 0 } else { nb }],
+            dw: vec![0.0; nb],
+            mw: vec![0.0; if min { nb } else { 0 }],
+        }
+    }
+}
+
+/// Fills `lr` from the weight row at `wp` (`nb` blocks of `bb` bytes).
+#[inline(always)]
+unsafe fn prepare_row<const KIND: u8>(wp: *const u8, nb: usize, bb: usize, lr: &mut LaneRow) {
+    let mut b = 0;
+    while b + 8 <= nb {
+        let gp = wp.add(b * bb);
+        _mm256_storeu_ps(lr.dw.as_mut_ptr().add(b), halves8(gp, bb));
+        if kind_of(KIND).has_min() {
+            _mm256_storeu_ps(lr.mw.as_mut_ptr().add(b), halves8(gp.add(2), bb));
+        }
+        b += 8;
+    }
+    for bt in b..nb {
+        let blk = core::slice::from_raw_parts(wp.add(bt * bb), bb);
+        let (d, m) = legacy::block_scales(kind_of(KIND), blk);
+        lr.dw[bt] = d;
+        if kind_of(KIND).has_min() {
+            lr.mw[bt] = m;
+        }
+    }
+    if KIND == KIND_Q8_0 {
+        let ones = _mm256_set1_epi8(1);
+        let mut b = 0;
+        while b + 8 <= nb {
+            let mut v = [_mm256_setzero_si256(); 8];
+            for (jj, vj) in v.iter_mut().enumerate() {
+                let q = _mm256_loadu_si256(wp.add((b + jj) * bb + 2) as *const __m256i);
+                *vj = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q);
+            }
+            let s = _mm256_slli_epi32::<7>(transpose_sum8(&v));
+            let neg = _mm256_sub_epi32(_mm256_setzero_si256(), s);
+            _mm256_storeu_si256(lr.wcorr.as_mut_ptr().add(b) as *mut __m256i, neg);
+            b += 8;
+        }
+        for (bt, wc) in lr.wcorr.iter_mut().enumerate().skip(b) {
+            let q = _mm256_loadu_si256(wp.add(bt * bb + 2) as *const __m256i);
+            *wc = -(hsum_i32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q)) << 7);
+        }
+    } else {
+        for (bt, u) in lr.uq.iter_mut().enumerate() {
+            *u = unpack_block::<KIND, true>(wp.add(bt * bb));
+        }
+    }
+}
+
+/// The running sums (vector `g`, lane `i`: activation row `g * LANES + i`) of `R` prepared
+/// weight rows, weight row `r`'s quants at `wps[r]` (Q8_0).
+#[inline(always)]
+unsafe fn lanes_pass<const KIND: u8, const R: usize, const G: usize>(
+    wps: [*const u8; R],
+    rows: &[LaneRow],
+    la: &LaneActs,
+    nb: usize,
+) -> [[__m512; G]; R] {
+    let kind = kind_of(KIND);
+    let bb = kind.block_bytes();
+    let mut sum = [[_mm512_setzero_ps(); G]; R];
+    for b in 0..nb {
+        let aq = la.qs.as_ptr().add(b * 8 * G);
+        let mut acc0 = [[_mm512_setzero_si512(); G]; R];
+        let mut acc1 = [[_mm512_setzero_si512(); G]; R];
+        let mut wq = [core::ptr::null::<u8>(); R];
+        for r in 0..R {
+            for (g, a0) in acc0[r].iter_mut().enumerate() {
+                *a0 = match KIND {
+                    KIND_Q8_0 => _mm512_set1_epi32(*rows[r].wcorr.get_unchecked(b)),
+                    KIND_Q4_0 | KIND_Q5_0 => *la.off.get_unchecked(b * G + g),
+                    _ => _mm512_setzero_si512(),
+                };
+            }
+            wq[r] = if KIND == KIND_Q8_0 {
+                wps[r].add(b * bb + 2)
+            } else {
+                rows[r].uq.as_ptr().add(b) as *const u8
+            };
+        }
+        for c in 0..4 {
+            let mut a0 = [_mm512_setzero_si512(); G];
+            let mut a1 = [_mm512_setzero_si512(); G];
+            for g in 0..G {
+                a0[g] = *aq.add(c * G + g);
+                a1[g] = *aq.add((c + 4) * G + g);
+            }
+            for r in 0..R {
+                let w0 = _mm512_set1_epi32((wq[r].add(4 * c) as *const i32).read_unaligned());
+                let w1 = _mm512_set1_epi32((wq[r].add(4 * c + 16) as *const i32).read_unaligned());
+                for g in 0..G {
+                    if KIND == KIND_Q8_0 {
+                        // Σ (a + 128) * w; the start value removes 128 * Σw.
+                        acc0[r][g] = _mm512_dpbusd_epi32(acc0[r][g], a0[g], w0);
+                        acc1[r][g] = _mm512_dpbusd_epi32(acc1[r][g], a1[g], w1);
+                    } else {
+                        acc0[r][g] = _mm512_dpbusd_epi32(acc0[r][g], w0, a0[g]);
+                        acc1[r][g] = _mm512_dpbusd_epi32(acc1[r][g], w1, a1[g]);
+                    }
+                }
+            }
+        }
+        for r in 0..R {
+            let dw = _mm512_set1_ps(*rows[r].dw.get_unchecked(b));
+            for g in 0..G {
+                let s = _mm512_cvtepi32_ps(_mm512_add_epi32(acc0[r][g], acc1[r][g]));
+                let da = *la.d.get_unchecked(b * G + g);
+                // legacy::block_term, lane-wise.
+                let t = match kind {
+                    Kind::Q4_0 => _mm512_mul_ps(_mm512_mul_ps(s, dw), da),
+                    Kind::Q5_0 => _mm512_mul_ps(_mm512_mul_ps(dw, da), s),
+                    Kind::Q8_0 => _mm512_mul_ps(s, _mm512_mul_ps(dw, da)),
+                    Kind::Q4_1 | Kind::Q5_1 => _mm512_add_ps(
+                        _mm512_mul_ps(_mm512_mul_ps(dw, da), s),
+                        _mm512_mul_ps(
+                            _mm512_set1_ps(*rows[r].mw.get_unchecked(b)),
+                            *la.s.get_unchecked(b * G + g),
+                        ),
+                    ),
+                };
+                sum[r][g] = _mm512_add_ps(sum[r][g], t);
+            }
+        }
+    }
+    sum
+}
+
+/// Stores the lanes of `sums` set in `masks` to `o[g * LANES + i]` (lane `i` of vector `g`).
+#[inline(always)]
+unsafe fn store_lanes<const G: usize>(o: *mut f32, masks: &[__mmask16; G], sums: &[__m512; G]) {
+    for (g, sg) in sums.iter().enumerate() {
+        _mm512_mask_storeu_ps(o.add(g * LANES), masks[g], *sg);
+    }
+}
+
+/// [`legacy_block`] for up to `G` × [`LANES`] activation rows with AVX-512 VNNI: the integer sum of
+/// weight block `b` with every activation row at once (lane `i`: row `i`), from `vpdpbusd` of
+/// each 4-byte group of the weight block broadcast against that group of all rows; then the
+/// float terms lane-wise and the running sums, one per lane, in block order.
+#[inline(always)]
+unsafe fn legacy_lanes<const KIND: u8, const G: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    nrows: usize,
+    tile: &[QuantizedActs],
+    out: &mut [f32],
+    stride: usize,
+) {
+    let bb = kind_of(KIND).block_bytes();
+    let nb = row_bytes / bb;
+    let n = tile.len();
+    assert!(n <= G * LANES && w.len() >= nrows * row_bytes);
+    assert!(nrows == 0 || out.len() >= (nrows - 1) * stride + n);
+    let la = lane_acts::<KIND, G>(tile, nb);
+    let mut rows: [LaneRow; LANE_ROWS] = core::array::from_fn(|_| LaneRow::new(KIND, nb));
+    // Lanes of vector `g` holding activation rows: the masked stores write only outputs
+    // `j * stride + i` with `i < n`, inside `out` (asserted above).
+    let masks: [__mmask16; G] = core::array::from_fn(|g| {
+        let k = n.saturating_sub(g * LANES).min(LANES);
+        ((1u32 << k) - 1) as __mmask16
+    });
+    let wp = |j: usize| w.as_ptr().add(j * row_bytes);
+    let mut j = 0;
+    while j + LANE_ROWS <= nrows {
+        for (r, lr) in rows.iter_mut().enumerate() {
+            prepare_row::<KIND>(wp(j + r), nb, bb, lr);
+        }
+        let wps: [*const u8; LANE_ROWS] = core::array::from_fn(|r| wp(j + r));
+        let sums = lanes_pass::<KIND, LANE_ROWS, G>(wps, &rows, &la, nb);
+        for (r, sr) in sums.iter().enumerate() {
+            store_lanes(out.as_mut_ptr().add((j + r) * stride), &masks, sr);
+        }
+        j += LANE_ROWS;
+    }
+    for j in j..nrows {
+        prepare_row::<KIND>(wp(j), nb, bb, &mut rows[0]);
+        let sums = lanes_pass::<KIND, 1, G>([wp(j)], &rows[..1], &la, nb);
+        store_lanes(out.as_mut_ptr().add(j * stride), &masks, &sums[0]);
     }
 }
 
