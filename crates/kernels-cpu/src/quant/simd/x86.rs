@@ -1742,6 +1742,289 @@ impl KQuant for Q2K {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Q4_K / Q6_K prefill with AVX-512 VNNI: one activation row per 32-bit lane.
+//
+// ggml's eight lane sums (`aux32`, lane = element index mod 8) of a super-block, for up to 16
+// activation rows at once: the activation quants of each 16-element group, widened to i16 pairs
+// (element `l`, element `l + 8`: ggml lane `l`, the pair order of `pq`), regrouped per tile so
+// that vector (group, lane `l`) holds in lane `i` row `i`'s pair; the weight quants premultiplied
+// by their sub-block scale (|w * scale| <= 4096, exact in i16) and each pair broadcast and
+// `vpdpwssd`'d into the accumulator of its ggml lane. Q4_K's minimum term likewise from the
+// bsums pairs. Then the float operations of the scalar kernel, lane-wise per activation row, in
+// order.
+
+/// A tile of activation rows for [`kquant_lanes`]: lane `i` of vector `g` is row `g * LANES + i`
+/// (unused lanes zero).
+struct KLaneActs {
+    /// Super-block `b`, 16-element group `t`, ggml lane `l`: vector `((b * 16 + t) * 8 + l) * G
+    /// + g`, lanes the i16 pairs (`q[16t + l]`, `q[16t + l + 8]`).
+    qs: Vec<__m512i>,
+    /// Q4_K: super-block `b`, `m` in 0..4: vector `(b * 4 + m) * G + g`, lanes the i16 pairs
+    /// (`P[2m]`, `P[2m + 1]`), `P[j] = bsums[2j] + bsums[2j + 1]`.
+    bs: Vec<__m512i>,
+    /// Super-block `b`: vector `b * G + g`, the activation scales.
+    d: Vec<__m512>,
+}
+
+#[inline(always)]
+unsafe fn klane_acts<const Q4: bool, const G: usize>(
+    tile: &[QuantizedActs],
+    nb: usize,
+) -> KLaneActs {
+    let n = tile.len();
+    let mut qs = vec![_mm512_setzero_si512(); nb * 128 * G];
+    for b in 0..nb {
+        for t in 0..16 {
+            for half in 0..2 * G {
+                let mut r = [_mm256_setzero_si256(); 8];
+                for (ii, rr) in r.iter_mut().enumerate() {
+                    let i = half * 8 + ii;
+                    if i < n {
+                        let p = tile[i].pq.as_ptr().add(b * QK_K + 16 * t);
+                        *rr = _mm256_cvtepi8_epi16(_mm_loadu_si128(p as *const __m128i));
+                    }
+                }
+                let tr = transpose8x8_epi32(&r);
+                for (l, tl) in tr.iter().enumerate() {
+                    let v = qs.as_mut_ptr().add(((b * 16 + t) * 8 + l) * G);
+                    _mm256_storeu_si256((v as *mut __m256i).add(half), *tl);
+                }
+            }
+        }
+    }
+    let mut bs = Vec::new();
+    if Q4 {
+        bs = vec![_mm512_setzero_si512(); nb * 4 * G];
+        for (x, bv) in bs.iter_mut().enumerate() {
+            let (b, m, g) = (x / (4 * G), (x / G) % 4, x % G);
+            let mut v = [0i32; LANES];
+            for (vi, a) in v.iter_mut().zip(tile.iter().skip(g * LANES)) {
+                let s = &a.bsums[b * 16 + 4 * m..b * 16 + 4 * m + 4];
+                let p0 = (s[0] as i32 + s[1] as i32) as u16 as u32;
+                let p1 = (s[2] as i32 + s[3] as i32) as u16 as u32;
+                *vi = (p0 | (p1 << 16)) as i32;
+            }
+            *bv = _mm512_loadu_si512(v.as_ptr() as *const __m512i);
+        }
+    }
+    let mut d = vec![_mm512_setzero_ps(); nb * G];
+    for (x, dv) in d.iter_mut().enumerate() {
+        let (b, g) = (x / G, x % G);
+        let mut v = [0f32; LANES];
+        for (vi, a) in v.iter_mut().zip(tile.iter().skip(g * LANES)) {
+            *vi = a.d[b];
+        }
+        *dv = _mm512_loadu_ps(v.as_ptr());
+    }
+    KLaneActs { qs, bs, d }
+}
+
+/// One Q4_K / Q6_K weight row prepared for [`kquant_lanes_pass`].
+struct KLaneRow {
+    /// Super-block `b`: dword `(b * 16 + t) * 8 + l` the i16 pair (`scale * w[16t + l]`,
+    /// `scale * w[16t + l + 8]`).
+    wq: Vec<i32>,
+    /// Q4_K: super-block `b`, `m` in 0..4: the i16 pair (`min[2m]`, `min[2m + 1]`).
+    mins: Vec<i32>,
+    d: Vec<f32>,
+    dmin: Vec<f32>,
+}
+
+impl KLaneRow {
+    fn new(nb: usize) -> Self {
+        KLaneRow {
+            wq: vec![0; nb * 128],
+            mins: vec![0; nb * 4],
+            d: vec![0.0; nb],
+            dmin: vec![0.0; nb],
+        }
+    }
+}
+
+/// The 16 quants of one 128-bit half (pair order), widened to i16 (`SIGNED`: as i8) and
+/// multiplied by `scale`, stored at `dst`.
+#[inline(always)]
+unsafe fn store_scaled<const SIGNED: bool>(q: __m128i, scale: i16, dst: *mut i32) {
+    let w = if SIGNED {
+        _mm256_cvtepi8_epi16(q)
+    } else {
+        _mm256_cvtepu8_epi16(q)
+    };
+    let v = _mm256_mullo_epi16(w, _mm256_set1_epi16(scale));
+    _mm256_storeu_si256(dst as *mut __m256i, v);
+}
+
+#[inline(always)]
+unsafe fn prepare_krow<const Q4: bool>(wp: *const u8, nb: usize, row: &mut KLaneRow) {
+    for b in 0..nb {
+        let dst = row.wq.as_mut_ptr().add(b * 128);
+        if Q4 {
+            let p = wp.add(b * 144);
+            let u = K4Like::<false>::unpack(p);
+            let (sc, mn) = kquants::scales_mins_k4(&*(p.add(4) as *const [u8; 12]));
+            // q[k]: sub-block k, groups 2k (low half) and 2k + 1.
+            for (k, qk) in u.q.iter().enumerate() {
+                let s = sc[k] as i16;
+                store_scaled::<false>(_mm256_castsi256_si128(*qk), s, dst.add(16 * k));
+                store_scaled::<false>(_mm256_extracti128_si256::<1>(*qk), s, dst.add(16 * k + 8));
+            }
+            for m in 0..4 {
+                row.mins[b * 4 + m] = (mn[2 * m] as u32 | ((mn[2 * m + 1] as u32) << 16)) as i32;
+            }
+            row.d[b] = u.d;
+            row.dmin[b] = u.dmin;
+        } else {
+            let p = wp.add(b * 210);
+            let u = Q6K::unpack(p);
+            // w[k]: groups 2k (low half) and 2k + 1; one scale per group.
+            for (k, wk) in u.w.iter().enumerate() {
+                let s0 = *p.add(192 + 2 * k) as i8 as i16;
+                let s1 = *p.add(193 + 2 * k) as i8 as i16;
+                store_scaled::<true>(_mm256_castsi256_si128(*wk), s0, dst.add(16 * k));
+                store_scaled::<true>(_mm256_extracti128_si256::<1>(*wk), s1, dst.add(16 * k + 8));
+            }
+            row.d[b] = u.d;
+        }
+    }
+}
+
+/// Running float state of one weight row's dots in [`kquant_lanes`] (vector `g`, lane `i`:
+/// activation row `g * LANES + i`): the scalar kernel's eight lane sums and its sum.
+#[derive(Clone, Copy)]
+struct KLaneState<const G: usize> {
+    sums: [[__m512; 8]; G],
+    sum: [__m512; G],
+}
+
+/// Folds super-block `b` of a prepared weight row into its state, with the float operations
+/// of the scalar kernel per lane.
+#[inline(always)]
+unsafe fn kquant_lanes_step<const Q4: bool, const G: usize>(
+    row: &KLaneRow,
+    la: &KLaneActs,
+    b: usize,
+    st: &mut KLaneState<G>,
+) {
+    let wq = row.wq.as_ptr().add(b * 128);
+    let aq = la.qs.as_ptr().add(b * 128 * G);
+    let mut acc = [[_mm512_setzero_si512(); 8]; G];
+    for t in 0..16 {
+        for l in 0..8 {
+            let wv = _mm512_set1_epi32(*wq.add(t * 8 + l));
+            for (g, ag) in acc.iter_mut().enumerate() {
+                ag[l] = _mm512_dpwssd_epi32(ag[l], wv, *aq.add((t * 8 + l) * G + g));
+            }
+        }
+    }
+    let dw = _mm512_set1_ps(*row.d.get_unchecked(b));
+    for (g, ag) in acc.iter().enumerate() {
+        let da = *la.d.get_unchecked(b * G + g);
+        // sums[l] += (d * d_a) * lane[l].
+        let dd = _mm512_mul_ps(dw, da);
+        for (sl, al) in st.sums[g].iter_mut().zip(ag) {
+            let lane = _mm512_cvtepi32_ps(*al);
+            *sl = _mm512_add_ps(*sl, _mm512_mul_ps(dd, lane));
+        }
+        if Q4 {
+            let mut s = _mm512_setzero_si512();
+            for m in 0..4 {
+                let mv = _mm512_set1_epi32(*row.mins.get_unchecked(b * 4 + m));
+                s = _mm512_dpwssd_epi32(s, mv, *la.bs.get_unchecked((b * 4 + m) * G + g));
+            }
+            // sum -= (dmin * d_a) * summ.
+            let dm = _mm512_mul_ps(_mm512_set1_ps(*row.dmin.get_unchecked(b)), da);
+            st.sum[g] = _mm512_sub_ps(st.sum[g], _mm512_mul_ps(dm, _mm512_cvtepi32_ps(s)));
+        }
+    }
+}
+
+/// `sum + sums[0] + ... + sums[7]`, left to right, per lane.
+#[inline(always)]
+unsafe fn kquant_lanes_finish<const G: usize>(st: &KLaneState<G>) -> [__m512; G] {
+    let mut out = st.sum;
+    for (r, sg) in out.iter_mut().zip(st.sums.iter()) {
+        for s in sg {
+            *r = _mm512_add_ps(*r, *s);
+        }
+    }
+    out
+}
+
+/// Weight rows [`kquant_lanes`] runs through each super-block together, so that the super-block's
+/// regrouped activations (16 KiB for 32 rows) stay in L1.
+const KLANE_ROWS: usize = 16;
+
+/// Q4_K (`Q4`) / Q6_K dots of `nrows` weight rows with up to `G` × [`LANES`] activation rows.
+#[inline(always)]
+unsafe fn kquant_lanes<const Q4: bool, const G: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    nrows: usize,
+    tile: &[QuantizedActs],
+    out: &mut [f32],
+    stride: usize,
+) {
+    let bb = if Q4 { 144 } else { 210 };
+    let nb = row_bytes / bb;
+    let n = tile.len();
+    assert!(n <= G * LANES && w.len() >= nrows * row_bytes);
+    assert!(nrows == 0 || out.len() >= (nrows - 1) * stride + n);
+    assert!(tile
+        .iter()
+        .all(|a| a.pq.len() >= nb * QK_K && a.bsums.len() >= nb * 16 && a.d.len() >= nb));
+    let la = klane_acts::<Q4, G>(tile, nb);
+    let mut rows: [KLaneRow; KLANE_ROWS] = core::array::from_fn(|_| KLaneRow::new(nb));
+    // The masked stores write only outputs `j * stride + i` with `i < n` (asserted above).
+    let masks: [__mmask16; G] = core::array::from_fn(|g| {
+        let k = n.saturating_sub(g * LANES).min(LANES);
+        ((1u32 << k) - 1) as __mmask16
+    });
+    let zero = KLaneState::<G> {
+        sums: [[_mm512_setzero_ps(); 8]; G],
+        sum: [_mm512_setzero_ps(); G],
+    };
+    let mut j0 = 0;
+    while j0 < nrows {
+        let jn = (nrows - j0).min(KLANE_ROWS);
+        for (r, row) in rows.iter_mut().enumerate().take(jn) {
+            prepare_krow::<Q4>(w.as_ptr().add((j0 + r) * row_bytes), nb, row);
+        }
+        let mut st = [zero; KLANE_ROWS];
+        for b in 0..nb {
+            for (row, sr) in rows.iter().zip(st.iter_mut()).take(jn) {
+                kquant_lanes_step::<Q4, G>(row, &la, b, sr);
+            }
+        }
+        for (r, sr) in st.iter().enumerate().take(jn) {
+            let sums = kquant_lanes_finish(sr);
+            store_lanes(out.as_mut_ptr().add((j0 + r) * stride), &masks, &sums);
+        }
+        j0 += jn;
+    }
+}
+
+/// Q4_K (`Q4`) / Q6_K prefill (several activation rows) with AVX-512 VNNI, through
+/// [`kquant_lanes`] (decode keeps [`kquant_block`]).
+#[inline(always)]
+unsafe fn kquant_lanes_block<const Q4: bool>(
+    w: &[u8],
+    row_bytes: usize,
+    nrows: usize,
+    acts: &[QuantizedActs],
+    out: &mut [f32],
+    stride: usize,
+) {
+    for (t, tile) in acts.chunks(2 * LANES).enumerate() {
+        let out = &mut out[t * 2 * LANES..];
+        if tile.len() > LANES {
+            kquant_lanes::<Q4, 2>(w, row_bytes, nrows, tile, out, stride);
+        } else {
+            kquant_lanes::<Q4, 1>(w, row_bytes, nrows, tile, out, stride);
+        }
+    }
+}
+
 /// Defines a k-quant's single-dot and block entry points for one feature set (the AVX-512 set
 /// adds no instructions here, only the 16 extra vector registers of AVX512VL, which keep an
 /// unpacked super-block in registers across activation rows).
@@ -1757,6 +2040,43 @@ macro_rules! kquant_entries {
             stride: usize,
         ) {
             kquant_block::<$k>(w, row_bytes, nrows, acts, out, stride)
+        }
+
+        #[target_feature(enable = $features)]
+        unsafe fn $dot(w: &[u8], a: &QuantizedActs) -> f32 {
+            let mut out = [0f32];
+            kquant_block::<$k>(w, w.len(), 1, core::slice::from_ref(a), &mut out, 1);
+            out[0]
+        }
+    };
+    ($dot:ident, $block:ident, $k:ty, $features:literal, lanes = $q4:expr) => {
+        #[target_feature(enable = $features)]
+        unsafe fn $block(
+            w: &[u8],
+            row_bytes: usize,
+            nrows: usize,
+            acts: &[QuantizedActs],
+            out: &mut [f32],
+            stride: usize,
+        ) {
+            // Prefill in a function of its own: the decode code stays as it was.
+            #[target_feature(enable = $features)]
+            #[inline(never)]
+            unsafe fn lanes(
+                w: &[u8],
+                row_bytes: usize,
+                nrows: usize,
+                acts: &[QuantizedActs],
+                out: &mut [f32],
+                stride: usize,
+            ) {
+                kquant_lanes_block::<{ $q4 }>(w, row_bytes, nrows, acts, out, stride)
+            }
+            if acts.len() > 1 {
+                lanes(w, row_bytes, nrows, acts, out, stride)
+            } else {
+                kquant_block::<$k>(w, row_bytes, nrows, acts, out, stride)
+            }
         }
 
         #[target_feature(enable = $features)]
@@ -1789,7 +2109,8 @@ kquant_entries!(
     q4_k_avx512,
     q4_k_block_avx512,
     K4Like<false>,
-    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    lanes = true
 );
 kquant_entries!(
     q5_k_avx512,
@@ -1801,5 +2122,6 @@ kquant_entries!(
     q6_k_avx512,
     q6_k_block_avx512,
     Q6K,
-    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"
+    "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
+    lanes = false
 );
