@@ -207,10 +207,49 @@ fn matmul_quantized_reuses_activation_rows() {
     }
 }
 
-/// Every matmul output equals, bit for bit, the single dot of its weight row and activation row
-/// (`vec_dot`, the decode path), for the legacy formats over activation-row counts that fill
-/// one or two 16-row vectors partially or exactly, rows of very different scales, and zero
-/// rows: the prefill kernels may regroup integer work but not the float chain.
+/// Every matmul output for `dtype` equals, bit for bit, the single dot of its weight row and
+/// activation row (`vec_dot`, the decode path), over activation-row counts that fill one or two
+/// 16-row vectors partially or exactly, rows of very different scales, and zero rows: the
+/// prefill kernels may regroup integer work but not the float chain.
+fn assert_matmul_equals_vec_dot(rng: &mut Rng, dtype: DType, shapes: &[(usize, usize)]) {
+    for &(rows, k) in shapes {
+        let w = random_weights(rng, dtype, rows, k);
+        let row_bytes = w.len() / rows;
+        for m in [2, 3, 16, 17, 31, 32, 33, 48, 70] {
+            let mut x = rng.normal_vec(m * k, 1.0);
+            for (i, row) in x.chunks_mut(k).enumerate() {
+                match i % 5 {
+                    1 => row.iter_mut().for_each(|v| *v *= 1e4),
+                    3 => row.fill(0.0),
+                    _ => {}
+                }
+            }
+            let mut y = vec![0f32; m * rows];
+            let view = WeightView {
+                dtype,
+                data: &w,
+                rows,
+                cols: k,
+            };
+            matmul(view, &x, m, &mut y).unwrap();
+            for (i, xr) in x.chunks(k).enumerate() {
+                let acts = quantize_acts(dtype, xr).unwrap();
+                for j in 0..rows {
+                    let want =
+                        vec_dot(dtype, &w[j * row_bytes..(j + 1) * row_bytes], &acts).unwrap();
+                    let got = y[i * rows + j];
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{dtype} rows {rows} k {k} m {m}: y[{i}][{j}] = {got:e}, vec_dot {want:e}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The legacy formats (one-lane-per-row prefill kernel with VNNI).
 #[test]
 fn matmul_equals_vec_dot_for_every_row_count() {
     let mut rng = Rng::new(0x5eed_1e6a);
@@ -221,84 +260,15 @@ fn matmul_equals_vec_dot_for_every_row_count() {
         DType::Q5_1,
         DType::Q8_0,
     ] {
-        for (rows, k) in [(3, 32), (6, 640), (41, 96)] {
-            let w = random_weights(&mut rng, dtype, rows, k);
-            let row_bytes = w.len() / rows;
-            for m in [2, 3, 16, 17, 31, 32, 33, 48, 70] {
-                let mut x = rng.normal_vec(m * k, 1.0);
-                for (i, row) in x.chunks_mut(k).enumerate() {
-                    match i % 5 {
-                        1 => row.iter_mut().for_each(|v| *v *= 1e4),
-                        3 => row.fill(0.0),
-                        _ => {}
-                    }
-                }
-                let mut y = vec![0f32; m * rows];
-                let view = WeightView {
-                    dtype,
-                    data: &w,
-                    rows,
-                    cols: k,
-                };
-                matmul(view, &x, m, &mut y).unwrap();
-                for (i, xr) in x.chunks(k).enumerate() {
-                    let acts = quantize_acts(dtype, xr).unwrap();
-                    for j in 0..rows {
-                        let want =
-                            vec_dot(dtype, &w[j * row_bytes..(j + 1) * row_bytes], &acts).unwrap();
-                        let got = y[i * rows + j];
-                        assert_eq!(
-                            got.to_bits(),
-                            want.to_bits(),
-                            "{dtype} rows {rows} k {k} m {m}: y[{i}][{j}] = {got:e}, vec_dot {want:e}"
-                        );
-                    }
-                }
-            }
-        }
+        assert_matmul_equals_vec_dot(&mut rng, dtype, &[(3, 32), (6, 640), (41, 96)]);
     }
 }
 
-/// [`matmul_equals_vec_dot_for_every_row_count`] for the k-quants with a prefill kernel of
-/// their own (Q4_K, Q6_K).
+/// The k-quants with a prefill kernel of their own (Q4_K, Q6_K).
 #[test]
 fn kquant_matmul_equals_vec_dot_for_every_row_count() {
     let mut rng = Rng::new(0x5eed_4b6b);
     for dtype in [DType::Q4K, DType::Q6K] {
-        for (rows, k) in [(3, 256), (6, 1024), (41, 256)] {
-            let w = random_weights(&mut rng, dtype, rows, k);
-            let row_bytes = w.len() / rows;
-            for m in [2, 3, 16, 17, 31, 32, 33, 48, 70] {
-                let mut x = rng.normal_vec(m * k, 1.0);
-                for (i, row) in x.chunks_mut(k).enumerate() {
-                    match i % 5 {
-                        1 => row.iter_mut().for_each(|v| *v *= 1e4),
-                        3 => row.fill(0.0),
-                        _ => {}
-                    }
-                }
-                let mut y = vec![0f32; m * rows];
-                let view = WeightView {
-                    dtype,
-                    data: &w,
-                    rows,
-                    cols: k,
-                };
-                matmul(view, &x, m, &mut y).unwrap();
-                for (i, xr) in x.chunks(k).enumerate() {
-                    let acts = quantize_acts(dtype, xr).unwrap();
-                    for j in 0..rows {
-                        let want =
-                            vec_dot(dtype, &w[j * row_bytes..(j + 1) * row_bytes], &acts).unwrap();
-                        let got = y[i * rows + j];
-                        assert_eq!(
-                            got.to_bits(),
-                            want.to_bits(),
-                            "{dtype} rows {rows} k {k} m {m}: y[{i}][{j}] = {got:e}, vec_dot {want:e}"
-                        );
-                    }
-                }
-            }
-        }
+        assert_matmul_equals_vec_dot(&mut rng, dtype, &[(3, 256), (6, 1024), (41, 256)]);
     }
 }
