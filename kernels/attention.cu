@@ -336,3 +336,386 @@ extern "C" __global__ void kv_store_f32(u16* kc, u16* vc, const float* k, const 
     kc[dst] = f32_to_f16(k[(i64)row * n_kv_heads * hd + i]);
     vc[dst] = f32_to_f16(v[(i64)row * n_kv_heads * hd + i]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Prefill: attention on tensor cores (mma.sync m16n8k16, f16 inputs, f32 accumulators), tiled
+// like flash attention (nothing of size rows × positions is stored), with GQA, causal and
+// sliding-window masks read from each row's position, over the paged cache.
+//
+// Block (query tile, head), FA_WARPS warps, each owning 16 query rows. The tile's queries are
+// rounded to f16 (as the CPU rounds q) into shared memory. Cache positions are visited in tiles
+// of T between the smallest first position and the largest position of the block's rows, K
+// staged as [T][HD] and V transposed as [HD][T] (rows padded by 8 halves so that a warp's
+// fragment loads hit 32 distinct banks). Three passes keep the CPU's softmax: (1) the row max of
+// the scores s = (q·k)·scale; (2) the sum of ggml_expf(s - max), in the CPU's aligned groups of
+// four added in f32, the groups then in f64; (3) the probabilities ggml_expf(s - max) · (1 / sum)
+// rounded to f16, as the CPU rounds them, and O = P·V. Only the score sums (f32 mma instead of
+// an exact f64 sum) and the P·V sums (f32) differ from attention_f32, so the values stay within
+// ~1e-7 of it, and an f16 probability rarely rounds the other way. (Rounding unnormalised
+// probabilities, the usual one-pass online softmax, moved Gemma 3's greedy tokens.)
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16 with .f16 A/B, .f32 C/D; g = lane / 4, c = lane % 4):
+//   A (16×16, row-major): a0 = (g, 2c..2c+1), a1 = (g+8, 2c..), a2 = (g, 2c+8..), a3 = (g+8, 2c+8..)
+//   B (16×8, k × n):      b0 = (k 2c..2c+1, n g), b1 = (k 2c+8..2c+9, n g)
+//   C (16×8):             c0, c1 = (g, 2c..2c+1), c2, c3 = (g+8, 2c..2c+1)
+// Two adjacent n-tiles of S in C layout are exactly one A fragment of P (c0c1 of tile 2j → a0,
+// c2c3 → a1, tile 2j+1 → a2, a3), so P never leaves registers; and the aligned group of four
+// positions 4q..4q+3 of a row lies in the lanes c = 2q', 2q'+1 of one n-tile.
+#define FA_WARPS 4
+#define FA_ROWS (16 * FA_WARPS)
+
+__device__ __forceinline__ void fa_mma(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ u32 fa_pack(float lo, float hi) {
+    return (u32)f32_to_f16(lo) | ((u32)f32_to_f16(hi) << 16);
+}
+
+__device__ __forceinline__ u32 fa_ld32(const u16* p) { return *(const u32*)p; }
+
+// Shared memory (halves): Q [FA_ROWS][HD + 8], K [T][HD + 8], Vᵀ [HD][T + 8].
+template <int HD, int T>
+__device__ __forceinline__ void flash_attention(float* out, const float* q, const u16* k, const u16* v,
+                                                const i32* table, const i32* pos, int rows, int n_heads,
+                                                int n_kv_heads, float scale, int window, int capacity) {
+    constexpr int QS = HD + 8, VS = T + 8, NT = T / 8, ND = HD / 8;
+    extern __shared__ __align__(16) u16 fa_smem[];
+    u16* qs = fa_smem;
+    u16* ks = qs + FA_ROWS * QS;
+    u16* vt = ks + T * QS;
+    __shared__ int range[2];
+
+    const int h = blockIdx.y, r0 = blockIdx.x * FA_ROWS;
+    const int kvh = h / (n_heads / n_kv_heads);
+    const int tid = threadIdx.x, lane = tid % WARP, warp = tid / WARP;
+    const int g = lane >> 2, c = lane & 3;
+    if (tid == 0) {
+        range[0] = 0x7fffffff;
+        range[1] = -1;
+    }
+    __syncthreads();
+    for (int i = tid; i < FA_ROWS * (HD / 2); i += blockDim.x) {
+        const int r = i / (HD / 2), d = (i % (HD / 2)) * 2;
+        float2 x = make_float2(0.0f, 0.0f);
+        if (r0 + r < rows) x = *(const float2*)(q + ((i64)(r0 + r) * n_heads + h) * HD + d);
+        *(u32*)(qs + r * QS + d) = fa_pack(x.x, x.y);
+    }
+    if (tid < FA_ROWS && r0 + tid < rows) {
+        const int p = pos[r0 + tid];
+        if (p >= 0 && p < capacity) {
+            atomicMin(&range[0], window > 0 ? max(0, p + 1 - window) : 0);
+            atomicMax(&range[1], p);
+        }
+    }
+    __syncthreads();
+    const int hi = range[1];
+    const int t_first = hi < 0 ? 0x7fffffff : range[0] / T * T;
+    // This thread's two rows (g and g + 8 of the warp's 16) and the positions they attend.
+    const int ra = r0 + warp * 16 + g, rb = ra + 8;
+    const int pa = ra < rows ? pos[ra] : -1, pb = rb < rows ? pos[rb] : -1;
+    const int fa = window > 0 ? pa + 1 - window : 0, fb = window > 0 ? pb + 1 - window : 0;
+    const u16* qw = qs + (warp * 16 + g) * QS + 2 * c;
+
+    // Stages the cache tile at t0 (K, and V transposed when with_v); positions past hi are zero.
+    // Consecutive threads take consecutive positions: 16-byte K stores land an odd number of
+    // 16-byte units apart, V's transposed stores on consecutive halves.
+    auto stage = [&](int t0, bool with_v) {
+        __syncthreads();  // the previous tile is no longer read
+        for (int i = tid; i < T * ND; i += blockDim.x) {
+            const int j = i % T, d = (i / T) * 8, t = t0 + j;
+            uint4 kx = make_uint4(0, 0, 0, 0), vx = make_uint4(0, 0, 0, 0);
+            if (t <= hi) {
+                const i64 at = kv_index(table, t, kvh, d, n_kv_heads, HD);
+                kx = *(const uint4*)(k + at);
+                if (with_v) vx = *(const uint4*)(v + at);
+            }
+            *(uint4*)(ks + j * QS + d) = kx;
+            if (with_v) {
+                const u16* ve = (const u16*)&vx;
+#pragma unroll
+                for (int e = 0; e < 8; ++e) vt[(d + e) * VS + j] = ve[e];
+            }
+        }
+        __syncthreads();
+    };
+    // The warp's scores for the staged tile: (q·k)·scale, -inf where masked.
+    auto scores = [&](int t0, float (&s)[NT][4]) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < HD / 16; ++kk) {
+            const u16* qa = qw + kk * 16;
+            const u32 a0 = fa_ld32(qa), a1 = fa_ld32(qa + 8 * QS), a2 = fa_ld32(qa + 8),
+                      a3 = fa_ld32(qa + 8 * QS + 8);
+#pragma unroll
+            for (int n = 0; n < NT; ++n) {
+                const u16* kb = ks + (n * 8 + g) * QS + kk * 16 + 2 * c;
+                fa_mma(s[n], a0, a1, a2, a3, fa_ld32(kb), fa_ld32(kb + 8));
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int t = t0 + n * 8 + 2 * c + (e & 1);
+                const bool ok = e < 2 ? (t <= pa && t >= fa) : (t <= pb && t >= fb);
+                s[n][e] = ok ? __fmul_rn(s[n][e], scale) : -INFINITY;
+            }
+        }
+    };
+
+    // Pass 1: the row maxima (exact, so any order).
+    float m[2] = {-INFINITY, -INFINITY};
+    for (int t0 = t_first; t0 <= hi; t0 += T) {
+        stage(t0, false);
+        float s[NT][4];
+        scores(t0, s);
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+            m[0] = fmaxf(m[0], fmaxf(s[n][0], s[n][1]));
+            m[1] = fmaxf(m[1], fmaxf(s[n][2], s[n][3]));
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], 1));
+        m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], 2));
+    }
+
+    // Pass 2: the sums of exps, per aligned group of four in f32 (two lanes' pairs), in f64.
+    double sum[2] = {0.0, 0.0};
+    for (int t0 = t_first; t0 <= hi; t0 += T) {
+        stage(t0, false);
+        float s[NT][4];
+        scores(t0, s);
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const float pair = __fadd_rn(ggml_expf(__fsub_rn(s[n][2 * i], m[i])),
+                                             ggml_expf(__fsub_rn(s[n][2 * i + 1], m[i])));
+                const float other = __shfl_xor_sync(0xffffffffu, pair, 1);
+                if ((c & 1) == 0) sum[i] += (double)__fadd_rn(pair, other);
+            }
+        }
+    }
+    float inv[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 1);
+        sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 2);
+        inv[i] = (float)(1.0 / sum[i]);
+    }
+
+    // Pass 3: P = f16(exp · inv), O += P·V.
+    float o[ND][4];
+#pragma unroll
+    for (int j = 0; j < ND; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    for (int t0 = t_first; t0 <= hi; t0 += T) {
+        stage(t0, true);
+        float s[NT][4];
+        scores(t0, s);
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                s[n][e] = __fmul_rn(ggml_expf(__fsub_rn(s[n][e], m[e >> 1])), inv[e >> 1]);
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < T / 16; ++kk) {
+            const u32 a0 = fa_pack(s[2 * kk][0], s[2 * kk][1]), a1 = fa_pack(s[2 * kk][2], s[2 * kk][3]);
+            const u32 a2 = fa_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                      a3 = fa_pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+            for (int j = 0; j < ND; ++j) {
+                const u16* vb = vt + (j * 8 + g) * VS + kk * 16 + 2 * c;
+                fa_mma(o[j], a0, a1, a2, a3, fa_ld32(vb), fa_ld32(vb + 8));
+            }
+        }
+    }
+
+    // A row that attended nothing (its position outside the cache) has a NaN sum: NaN shows
+    // the caller's error.
+#pragma unroll
+    for (int j = 0; j < ND; ++j) {
+        const int d = j * 8 + 2 * c;
+        if (ra < rows) *(float2*)(out + ((i64)ra * n_heads + h) * HD + d) = make_float2(o[j][0], o[j][1]);
+        if (rb < rows) *(float2*)(out + ((i64)rb * n_heads + h) * HD + d) = make_float2(o[j][2], o[j][3]);
+    }
+}
+
+// out, q: [rows, n_heads, HD]; k, v: paged f16 caches; grid (ceil(rows / FA_ROWS), n_heads),
+// FA_WARPS * 32 threads, dynamic shared memory (FA_ROWS + T) * (HD + 8) * 2 + HD * (T + 8) * 2.
+#define FLASH_KERNEL(HD, T)                                                                               \
+    extern "C" __global__ void __launch_bounds__(FA_WARPS * WARP)                                         \
+        attention_flash_hd##HD(float* out, const float* q, const u16* k, const u16* v, const i32* table,  \
+                               const i32* pos, int rows, int n_heads, int n_kv_heads, float scale,        \
+                               int window, int capacity) {                                                \
+        PDL_WAIT();                                                                                       \
+        PDL_TRIGGER();                                                                                    \
+        flash_attention<HD, T>(out, q, k, v, table, pos, rows, n_heads, n_kv_heads, scale, window,       \
+                               capacity);                                                                 \
+    }
+FLASH_KERNEL(32, 64)
+FLASH_KERNEL(64, 64)
+FLASH_KERNEL(128, 64)
+FLASH_KERNEL(256, 32)
+
+// ---------------------------------------------------------------------------------------------
+// Prefill, exact and tiled: attention_f32's arithmetic (bit for bit the same values), organised
+// like flash attention. Block (16 query rows, head), 256 threads; cache positions are visited in
+// tiles of EX_T between the smallest first position and the largest position of the block's
+// rows, three times (row max; sum of exps; probabilities · V), so nothing of size rows ×
+// positions is stored and every K/V tile is shared by 16 rows.
+//
+// Scores: warp w owns rows 2w and 2w + 1, lane j position t0 + j; s = Σ_d q16·k16 in f64 (the
+// products are exact in f64, so the f64 FMA adds exactly what attention_f32 adds), rounded to
+// f32, times scale. The exps of an aligned group of four positions (lanes 4q .. 4q+3) are added
+// in f32 as ((e0 + e1) + (e2 + e3)), the groups in f64; probabilities f16(exp · inv); each output
+// an f64 sum of the exact products p·v. f64 sums of exact products do not depend on their order
+// in practice (as in the decode kernels), which is what makes the result attention_f32's.
+//
+// Shared memory: Q [EX_ROWS][hd] f64, K [EX_T][hd + 1] f32 (f16 values; padded so the lanes of
+// a warp, reading one d of 32 positions, hit 32 banks), V [EX_T][hd] f32, P [EX_ROWS][EX_T] f32.
+#define EX_ROWS 16
+#define EX_T 32
+#define EX_THREADS 256
+
+extern "C" __global__ void __launch_bounds__(EX_THREADS)
+    attention_tiled_f32(float* out, const float* q, const u16* k, const u16* v, const i32* table, const i32* pos,
+                        int rows, int n_heads, int n_kv_heads, int hd, float scale, int window, int capacity) {
+    PDL_WAIT();
+    PDL_TRIGGER();
+    extern __shared__ __align__(16) double ex_smem[];
+    double* qs = ex_smem;                          // [EX_ROWS][hd]
+    float* ks = (float*)(qs + EX_ROWS * hd);       // [EX_T][hd + 1]
+    float* vs = ks + EX_T * (hd + 1);              // [EX_T][hd]
+    float* ps = vs + EX_T * hd;                    // [EX_ROWS][EX_T]
+    __shared__ int range[2];
+
+    const int h = blockIdx.y, r0 = blockIdx.x * EX_ROWS;
+    const int kvh = h / (n_heads / n_kv_heads);
+    const int tid = threadIdx.x, lane = tid % WARP, warp = tid / WARP;
+    if (tid == 0) {
+        range[0] = 0x7fffffff;
+        range[1] = -1;
+    }
+    __syncthreads();
+    for (int i = tid; i < EX_ROWS * hd; i += blockDim.x) {
+        const int r = i / hd, d = i % hd;
+        const float x = r0 + r < rows ? q[((i64)(r0 + r) * n_heads + h) * hd + d] : 0.0f;
+        qs[i] = (double)f16_to_f32(f32_to_f16(x));
+    }
+    if (tid < EX_ROWS && r0 + tid < rows) {
+        const int p = pos[r0 + tid];
+        if (p >= 0 && p < capacity) {
+            atomicMin(&range[0], window > 0 ? max(0, p + 1 - window) : 0);
+            atomicMax(&range[1], p);
+        }
+    }
+    __syncthreads();
+    const int hi = range[1];
+    const int t_first = hi < 0 ? 0x7fffffff : range[0] / EX_T * EX_T;
+    // This warp's two rows and the positions they attend (-1: none).
+    int prow[2], frow[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int r = r0 + 2 * warp + i;
+        prow[i] = r < rows ? pos[r] : -1;
+        frow[i] = window > 0 ? max(0, prow[i] + 1 - window) : 0;
+    }
+    const double* q0 = qs + (2 * warp) * hd;
+    const double* q1 = q0 + hd;
+
+    auto stage = [&](int t0, bool with_v) {
+        __syncthreads();  // the previous tile is no longer read
+        for (int i = tid; i < EX_T * hd; i += blockDim.x) {
+            const int j = i / hd, d = i % hd, t = t0 + j;
+            u16 kx = 0, vx = 0;
+            if (t <= hi) {
+                const i64 at = kv_index(table, t, kvh, d, n_kv_heads, hd);
+                kx = k[at];
+                if (with_v) vx = v[at];
+            }
+            ks[j * (hd + 1) + d] = f16_to_f32(kx);
+            if (with_v) vs[j * hd + d] = f16_to_f32(vx);
+        }
+        __syncthreads();
+    };
+    // Scores of this warp's two rows at position t0 + lane: -inf where masked.
+    auto scores = [&](int t0, float (&s)[2]) {
+        const float* kr = ks + lane * (hd + 1);
+        double a0 = 0.0, a1 = 0.0;
+        for (int d = 0; d < hd; ++d) {
+            const double kd = (double)kr[d];
+            a0 = fma(q0[d], kd, a0);
+            a1 = fma(q1[d], kd, a1);
+        }
+        const int t = t0 + lane;
+        s[0] = t >= frow[0] && t <= prow[0] ? __fmul_rn((float)a0, scale) : -INFINITY;
+        s[1] = t >= frow[1] && t <= prow[1] ? __fmul_rn((float)a1, scale) : -INFINITY;
+    };
+
+    // Pass 1: the row maxima.
+    float m[2] = {-INFINITY, -INFINITY};
+    for (int t0 = t_first; t0 <= hi; t0 += EX_T) {
+        stage(t0, false);
+        float s[2];
+        scores(t0, s);
+        m[0] = fmaxf(m[0], warp_max(s[0]));
+        m[1] = fmaxf(m[1], warp_max(s[1]));
+    }
+    // Pass 2: the sums of exps over aligned groups of four (f32), the groups in f64.
+    double sum[2] = {0.0, 0.0};
+    for (int t0 = t_first; t0 <= hi; t0 += EX_T) {
+        stage(t0, false);
+        float s[2];
+        scores(t0, s);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const float e = ggml_expf(__fsub_rn(s[i], m[i]));
+            const float pair = __fadd_rn(e, __shfl_xor_sync(0xffffffffu, e, 1));
+            const float group = __fadd_rn(pair, __shfl_xor_sync(0xffffffffu, pair, 2));
+            if (lane % 4 == 0) sum[i] += (double)group;
+        }
+    }
+    float inv[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) inv[i] = (float)(1.0 / warp_sum_f64(sum[i]));
+
+    // Pass 3: f16-rounded probabilities into P, then each thread's outputs (d = tid % hd, rows
+    // tid / hd + k · 256 / hd) accumulate p · v in f64.
+    const int d = tid % hd, rg = EX_THREADS / hd, rpt = EX_ROWS / rg;
+    double acc[EX_ROWS];
+#pragma unroll
+    for (int i = 0; i < EX_ROWS; ++i) acc[i] = 0.0;
+    for (int t0 = t_first; t0 <= hi; t0 += EX_T) {
+        stage(t0, true);
+        float s[2];
+        scores(t0, s);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            ps[(2 * warp + i) * EX_T + lane] =
+                f16_to_f32(f32_to_f16(__fmul_rn(ggml_expf(__fsub_rn(s[i], m[i])), inv[i])));
+        }
+        __syncthreads();
+        for (int j = 0; j < EX_T; ++j) {
+            const double vv = (double)vs[j * hd + d];
+#pragma unroll
+            for (int i = 0; i < EX_ROWS; ++i) {
+                if (i < rpt) acc[i] = fma((double)ps[(tid / hd + i * rg) * EX_T + j], vv, acc[i]);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < EX_ROWS; ++i) {
+        const int r = r0 + tid / hd + i * rg;
+        if (i < rpt && r < rows) out[((i64)r * n_heads + h) * hd + d] = (float)acc[i];
+    }
+}

@@ -538,7 +538,12 @@ __device__ void gemm_half(float* __restrict__ y, const u16* __restrict__ w, cons
         if (s >= n_steps) return;
         u8* const slot = sh + (s % NSTAGE) * SLOT;
         const int e0 = s * KS;
-        for (int i = tid; i < (BM + BN) * 4; i += NT) {
+        // A fixed count per thread, so the loop unrolls and the row arithmetic is hoisted out
+        // of the k loop.
+        static_assert(((BM + BN) * 4) % NT == 0, "every thread issues the same number of copies");
+#pragma unroll
+        for (int c = 0; c < (BM + BN) * 4 / NT; ++c) {
+            const int i = tid + c * NT;
             const int r = i / 4, wi = i % 4;
             const int e = e0 + 8 * wi;
             const bool is_w = r < BM;
@@ -629,3 +634,106 @@ __device__ void gemm_half(float* __restrict__ y, const u16* __restrict__ w, cons
     }
 GEMM_HALF(f16, false)
 GEMM_HALF(bf16, true)
+
+// ---------------------------------------------------------------------------------------------
+// Prefill through f16 for quantized weights (not bit-exact): the weights dequantized into halves
+// (each value rounded to f16 once) and the activations' quantized values d·q rounded to f16, then
+// the f16 GEMM above. The integer GEMMs keep the CPU's exact arithmetic but cost more per output;
+// this path trades the last bits (NMSE ~1e-7 on the outputs) for the f16 tensor cores' rate.
+
+// Eight consecutive elements j0 .. j0 + 7 of one block (j0 a multiple of 8), rounded to f16.
+template <typename F>
+__device__ __forceinline__ void dequant8(u16 (&h)[8], const u8* b, int j0) {
+#pragma unroll
+    for (int u = 0; u < 8; ++u) h[u] = f32_to_f16(F::get(b, j0 + u));
+}
+// Q4_K: the eight share one sub-block (scale and min decoded once) and 8 aligned quant bytes
+// (144-byte blocks keep 16-byte alignment).
+template <>
+__device__ __forceinline__ void dequant8<fmt_q4_k>(u16 (&h)[8], const u8* b, int j0) {
+    const int c = j0 / 64, hi = (j0 % 64) >= 32, l0 = j0 & 31;
+    int sc, m;
+    k4_scale_min(b + 4, 2 * c + hi, &sc, &m);
+    const float d = load_f16(b) * (float)sc, dm = load_f16(b + 2) * (float)m;
+    const uint2 q = *(const uint2*)(b + 16 + 32 * c + l0);
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+        const u32 byte = ((u < 4 ? q.x : q.y) >> (8 * (u % 4))) & 0xffu;
+        h[u] = f32_to_f16(d * (float)(hi ? (byte >> 4) : (byte & 15u)) - dm);
+    }
+}
+// Q6_K: one scale for the eight (a 16-element group), quant bytes read singly (210-byte blocks).
+template <>
+__device__ __forceinline__ void dequant8<fmt_q6_k>(u16 (&h)[8], const u8* b, int j0) {
+    const int n = j0 / 128, r = j0 % 128, quarter = r / 32, l0 = r % 32;
+    const float d = load_f16(b + 208) * (float)(i8)b[192 + 8 * n + l0 / 16 + 2 * quarter];
+    const u8* ql = b + 64 * n + (quarter & 1) * 32 + l0;
+    const u8* qh = b + 128 + 32 * n + l0;
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+        const int lo = quarter >= 2 ? (ql[u] >> 4) : (ql[u] & 15);
+        const int hi = (qh[u] >> (2 * quarter)) & 3;
+        h[u] = f32_to_f16(d * (float)((lo | (hi << 4)) - 32));
+    }
+}
+
+// out: [rows, cols] halves (cols a multiple of 16) from weights of format F, [rows, cols /
+// F::BLOCK] blocks; one thread per 8 consecutive outputs (one 16-byte store).
+template <typename F>
+__device__ void dequant_f16(u16* __restrict__ out, const u8* __restrict__ w, int rows, int cols) {
+    const int per_row = cols / 8;
+    const i64 n = (i64)rows * per_row;
+    const i64 row_bytes = (i64)(cols / F::BLOCK) * F::BYTES;
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        const i64 r = o / per_row;
+        const int e = (int)(o - r * per_row) * 8;
+        const u8* row = w + r * row_bytes;
+        u16 h[8];
+        if constexpr (F::BLOCK >= 8) {
+            dequant8<F>(h, row + (e / F::BLOCK) * F::BYTES, e % F::BLOCK);
+        } else {
+#pragma unroll
+            for (int u = 0; u < 8; ++u) h[u] = f32_to_f16(F::get(row + (e + u) * F::BYTES, 0));
+        }
+        uint4 v;
+        v.x = h[0] | ((u32)h[1] << 16);
+        v.y = h[2] | ((u32)h[3] << 16);
+        v.z = h[4] | ((u32)h[5] << 16);
+        v.w = h[6] | ((u32)h[7] << 16);
+        *(uint4*)(out + r * cols + e) = v;
+    }
+}
+
+#define DEQUANT_F16(name, fmt)                                                                    \
+    extern "C" __global__ void gemm_dequant_f16_##name(u16* out, const u8* w, int rows, int cols) { \
+        PDL_WAIT();                                                                                \
+        PDL_TRIGGER();                                                                             \
+        dequant_f16<fmt>(out, w, rows, cols);                                                      \
+    }
+FOR_EACH_FORMAT(DEQUANT_F16)
+
+// out[i] = f16(d · q[i]) for n quantized activations (quantize.cu's layout): `block` values per
+// scale, the scale an f32 at meta + 4·b (Q8_K, f32_scale = 1) or an f16 in the low half of the
+// 8 bytes at meta + 8·b (Q8_0, Q8_1).
+extern "C" __global__ void gemm_acts_f16(u16* __restrict__ out, const u8* __restrict__ acts, long long meta, int n,
+                                         int block, int f32_scale) {
+    PDL_WAIT();
+    PDL_TRIGGER();
+    // Eight activations per thread (n and block are multiples of 8): one 8-byte load of quants,
+    // one 16-byte store.
+    const int i = (blockIdx.x * blockDim.x + threadIdx.x) * 8;
+    if (i >= n) return;
+    const int b = i / block;
+    const float d = f32_scale ? *(const float*)(acts + meta + 4LL * b) : load_f16(acts + meta + 8LL * b);
+    const uint2 q = *(const uint2*)(acts + i);
+    u32 h[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        const u32 word = u < 2 ? q.x : q.y;
+        const int s = 16 * (u % 2);
+        const u16 a = f32_to_f16(__fmul_rn(d, (float)(i8)(word >> s)));
+        const u16 c = f32_to_f16(__fmul_rn(d, (float)(i8)(word >> (s + 8))));
+        h[u] = a | ((u32)c << 16);
+    }
+    *(uint4*)(out + i) = make_uint4(h[0], h[1], h[2], h[3]);
+}

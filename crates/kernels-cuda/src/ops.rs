@@ -857,9 +857,13 @@ fn use_rows_kernel(w: &DeviceMatrix) -> bool {
 /// Whether `m` activation rows against `[_, k]` weights of `dtype` go to the tensor-core GEMM
 /// (`SYNAPTIX_NO_GEMM` set: never, for comparisons).
 fn use_gemm(dtype: DType, m: usize, k: usize) -> bool {
+    !gemm_off() && crate::gemm::gemm_supported(dtype, m, k)
+}
+
+/// `SYNAPTIX_NO_GEMM` set: no tensor-core GEMM at all.
+fn gemm_off() -> bool {
     static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    !*DISABLED.get_or_init(|| std::env::var_os("SYNAPTIX_NO_GEMM").is_some())
-        && crate::gemm::gemm_supported(dtype, m, k)
+    *DISABLED.get_or_init(|| std::env::var_os("SYNAPTIX_NO_GEMM").is_some())
 }
 
 /// Runs `product` (writing `y: [m, rows]`, no epilogue of its own), then applies `epi` with the
@@ -918,6 +922,11 @@ pub fn matvec_quantized_with(
     epi.check(w.rows, y.len())?;
     if m == 0 || w.rows == 0 {
         return Ok(());
+    }
+    if crate::gemm::dequant_gemm_supported(w.dtype, m, w.cols) && !gemm_off() {
+        return with_epilogue(dev, y, epi, |y| {
+            crate::gemm::gemm_dequantized(dev, y, w, acts)
+        });
     }
     if use_gemm(w.dtype, m, w.cols) {
         return with_epilogue(dev, y, epi, |y| {
@@ -1103,8 +1112,8 @@ pub fn matvec_dequant(
 
 // The KV cache and attention live in `attention.rs`.
 pub use crate::attention::{
-    attention, attention_single_block, kv_store, AttentionParams, DeviceKv, ATTN_SPAN, DECODE_ROWS,
-    KV_PAGE,
+    attention, attention_flash, attention_single_block, attention_tiled, kv_store, AttentionParams,
+    DeviceKv, ATTN_SPAN, DECODE_ROWS, KV_PAGE,
 };
 
 /// Index of the largest value (lowest on ties), computed on the GPU.

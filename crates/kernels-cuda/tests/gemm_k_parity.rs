@@ -5,21 +5,23 @@
 //! Skips with a visible message where no GPU is present.
 
 use synaptix_core::DType;
-use synaptix_kernels_cuda::gemm_k;
 use synaptix_kernels_cuda::ops::{self, DeviceActs, DeviceMatrix};
 use synaptix_kernels_cuda::CudaDevice;
+use synaptix_kernels_cuda::{gemm, gemm_k};
 
 mod common;
 use common::*;
 
-/// Byte offsets of the f16 `d` (and `dmin`) fields of each k-quant super-block.
+/// Byte offsets of the f16 `d` (and `dmin` / `m`) fields of each block.
 fn scale_fields(dtype: DType) -> &'static [usize] {
     match dtype {
         DType::Q2K => &[80, 82],
         DType::Q3K => &[108],
         DType::Q4K | DType::Q5K => &[0, 2],
         DType::Q6K => &[208],
-        _ => unreachable!("not a k-quant"),
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
+        DType::Q4_1 | DType::Q5_1 => &[0, 2],
+        _ => unreachable!("not a quantized format"),
     }
 }
 
@@ -202,4 +204,75 @@ fn gemm_k_shape_errors_are_reported_not_launched() {
     // The accepted call writes everything.
     gemm_k::gemm_k_quantized(&dev, &mut y, &dm, &acts).unwrap();
     assert!(dev.download(&y).unwrap().iter().all(|v| v.is_finite()));
+}
+
+/// The f16 route for prefill (`gemm::gemm_dequantized`: weights and the quantized activations
+/// expanded to halves, f16 tensor cores, f32 sums) is close to the CPU's exact result for every
+/// quantized format: each weight and activation is rounded to f16 once, so the normalised error
+/// stays near 2^-24. `ops::matvec` takes it for k-quants from `DEQUANT_MIN_ROWS` rows.
+#[test]
+fn dequantized_gemm_close_to_cpu() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let formats = [
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+        DType::Q2K,
+        DType::Q3K,
+        DType::Q4K,
+        DType::Q5K,
+        DType::Q6K,
+    ];
+    for dtype in formats {
+        for (rows, cols) in [(300, 1024), (130, 3584), (64, 256)] {
+            let bytes = random_weights(&mut rng, dtype, rows, cols, false);
+            let dm = DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap();
+            for m in [64, 100, 512] {
+                let x = activations(&mut rng, m, cols, false);
+                let want = cpu_matmul(dtype, &bytes, rows, cols, &x, m);
+                let mut acts = DeviceActs::new(&dev, dtype, m, cols).unwrap();
+                ops::quantize_acts(&dev, &mut acts, &dev.upload(&x).unwrap()).unwrap();
+                let mut y = poisoned(&dev, m * rows);
+                gemm::gemm_dequantized(&dev, &mut y, &dm, &acts).unwrap();
+                let e = nmse(&dev.download(&y).unwrap(), &want);
+                assert!(
+                    e < 1e-6,
+                    "dequantized gemm {dtype} [{rows} x {cols}] m={m}: nmse {e:e}"
+                );
+            }
+        }
+        eprintln!("dequantized gemm {dtype:5}: within 1e-6 of the CPU");
+    }
+    // Through the dispatch (f32 activations, bias and residual epilogue), k-quants from 64 rows.
+    let (rows, cols, m) = (200, 1536, gemm::DEQUANT_MIN_ROWS);
+    for dtype in [DType::Q4K, DType::Q6K] {
+        assert!(gemm::dequant_gemm_supported(dtype, m, cols));
+        let bytes = random_weights(&mut rng, dtype, rows, cols, false);
+        let dm = DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap();
+        let x = activations(&mut rng, m, cols, false);
+        let want = cpu_matmul(dtype, &bytes, rows, cols, &x, m);
+        let mut y = poisoned(&dev, m * rows);
+        ops::matvec(&dev, &mut y, &dm, &dev.upload(&x).unwrap()).unwrap();
+        let e = nmse(&dev.download(&y).unwrap(), &want);
+        assert!(
+            e < 1e-6,
+            "matvec {dtype} m={m} through the f16 route: nmse {e:e}"
+        );
+    }
+    // Shapes that do not fit are errors.
+    let dm = DeviceMatrix::upload(
+        &dev,
+        DType::Q4K,
+        2,
+        256,
+        &random_weights(&mut rng, DType::Q4K, 2, 256, false),
+    )
+    .unwrap();
+    let acts = DeviceActs::new(&dev, DType::Q4K, 64, 256).unwrap();
+    let mut y = poisoned(&dev, 3);
+    assert!(gemm::gemm_dequantized(&dev, &mut y, &dm, &acts).is_err());
 }

@@ -547,6 +547,8 @@ fn attention_bit_mismatches(got: &[f32], want: &[f32]) -> (usize, Vec<(usize, f3
     (bad.len(), bad.into_iter().take(6).collect())
 }
 
+/// The exact prefill kernel (the one `SYNAPTIX_EXACT_ATTENTION` selects) against the CPU
+/// reference.
 #[test]
 fn attention_with_gqa_and_window() {
     let Some((dev, mut rng)) = device() else {
@@ -571,11 +573,11 @@ fn attention_with_gqa_and_window() {
         .unwrap();
         let mut out = poisoned(&dev, q.len());
         let scale = 0.125;
-        ops::attention(
+        ops::attention_single_block(
             &dev,
             &mut out,
             &dev.upload(&q).unwrap(),
-            &mut kv,
+            &kv,
             &dpos,
             AttentionParams {
                 n_heads,
@@ -592,6 +594,127 @@ fn attention_with_gqa_and_window() {
         // land on the other side (ggml's exp vs f64 exp), a 2^-11 relative step.
         assert!(e < 1e-8, "attention window={window:?}: nmse {e:e}");
     }
+}
+
+/// The prefill kernels against the exact single-block kernel and the CPU reference, for every
+/// head dimension they cover: the tiled exact kernel bit for bit (and `ops::attention`, which
+/// picks the single-block or the tiled kernel),
+/// the tensor-core kernel within a normalised error of 1e-7. GQA and plain heads, windows
+/// shorter than a tile and across tiles, row counts that leave the last block partly empty,
+/// prompts that continue a filled cache (first position mid-page), and a cache whose pages are
+/// in reverse order.
+#[test]
+fn prefill_attention_matches_single_block_and_cpu() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let heads: [(usize, usize, usize); 5] = [
+        (4, 2, 32),
+        (14, 2, 64),
+        (8, 8, 128),
+        (12, 2, 128),
+        (4, 1, 256),
+    ];
+    // (positions already cached before the prompt, prompt rows)
+    let prompts = [(0usize, 5usize), (0, 64), (0, 200), (37, 91), (300, 64)];
+    let cap = 512;
+    for (n_heads, n_kv, hd) in heads {
+        let pages = cap / ops::KV_PAGE;
+        let reversed: Vec<usize> = (0..pages).map(|i| pages + 2 - i).collect();
+        let mut kv = DeviceKv::with_pages(&dev, n_kv, hd, cap, pages + 3, &reversed).unwrap();
+        let n = 364;
+        let k = rng.vec(n * n_kv * hd, 1.0);
+        let v = rng.vec(n * n_kv * hd, 1.0);
+        let all: Vec<i32> = (0..n as i32).collect();
+        ops::kv_store(
+            &dev,
+            &mut kv,
+            &dev.upload(&k).unwrap(),
+            &dev.upload(&v).unwrap(),
+            &dev.upload(&all).unwrap(),
+        )
+        .unwrap();
+        let scale = 1.0 / (hd as f32).sqrt();
+        for window in [None, Some(17), Some(100)] {
+            for (start, rows) in prompts {
+                let positions: Vec<usize> = (start..start + rows).collect();
+                let q = rng.vec(rows * n_heads * hd, 3.0);
+                let dq = dev.upload(&q).unwrap();
+                let pos32: Vec<i32> = positions.iter().map(|&p| p as i32).collect();
+                let dpos = dev.upload(&pos32).unwrap();
+                let params = AttentionParams {
+                    n_heads,
+                    scale,
+                    window,
+                    max_pos: start + rows - 1,
+                };
+                let what = format!(
+                    "heads {n_heads}/{n_kv} hd {hd} window {window:?} rows {start}..{}",
+                    start + rows
+                );
+                let mut single = poisoned(&dev, q.len());
+                ops::attention_single_block(&dev, &mut single, &dq, &kv, &dpos, params).unwrap();
+                let single = dev.download(&single).unwrap();
+                let mut tiled = poisoned(&dev, q.len());
+                ops::attention_tiled(&dev, &mut tiled, &dq, &kv, &dpos, params).unwrap();
+                let tiled = dev.download(&tiled).unwrap();
+                let (bad, first) = attention_bit_mismatches(&tiled, &single);
+                assert!(
+                    bad == 0,
+                    "{what}: {bad} of {} tiled outputs differ from the single-block kernel \
+                     (index, tiled, single): {first:?}",
+                    tiled.len()
+                );
+                let mut flash = poisoned(&dev, q.len());
+                ops::attention_flash(&dev, &mut flash, &dq, &kv, &dpos, params).unwrap();
+                let flash = dev.download(&flash).unwrap();
+                let e = nmse(&flash, &single);
+                assert!(
+                    e < 1e-7,
+                    "{what}: tensor-core kernel vs single block nmse {e:e}"
+                );
+                let want = attention_reference(
+                    &q,
+                    (&k, &v),
+                    &positions,
+                    (n_heads, n_kv, hd),
+                    scale,
+                    window,
+                );
+                let e_ref = nmse(&tiled, &want);
+                assert!(
+                    e_ref < 1e-8,
+                    "{what}: tiled vs CPU reference nmse {e_ref:e}"
+                );
+                if rows > ops::DECODE_ROWS {
+                    let mut routed = poisoned(&dev, q.len());
+                    ops::attention(&dev, &mut routed, &dq, &mut kv, &dpos, params).unwrap();
+                    let routed = dev.download(&routed).unwrap();
+                    assert!(
+                        routed
+                            .iter()
+                            .zip(&tiled)
+                            .all(|(a, b)| a.to_bits() == b.to_bits()),
+                        "{what}: ops::attention did not give the exact kernels' values"
+                    );
+                }
+                eprintln!("{what}: tiled bit-equal to the single block; tensor cores nmse {e:.1e}");
+            }
+        }
+    }
+    // A head dimension without a kernel is an error, not a wrong answer.
+    let kv = DeviceKv::new(&dev, 1, 80, 64).unwrap();
+    let dpos = dev.upload(&[0i32, 1, 2, 3, 4]).unwrap();
+    let dq = dev.upload(&vec![0f32; 5 * 80]).unwrap();
+    let mut out = poisoned(&dev, 5 * 80);
+    let params = AttentionParams {
+        n_heads: 1,
+        scale: 1.0,
+        window: None,
+        max_pos: 4,
+    };
+    assert!(ops::attention_flash(&dev, &mut out, &dq, &kv, &dpos, params).is_err());
+    assert!(ops::attention_tiled(&dev, &mut out, &dq, &kv, &dpos, params).is_err());
 }
 
 /// The decode path of `ops::attention` (at most `DECODE_ROWS` query rows; split over spans whose
@@ -793,9 +916,13 @@ fn paged_kv_cache_gives_the_same_attention_for_any_page_order() {
             window: Some(20),
             max_pos: n - 1,
         };
-        ops::attention(&dev, &mut out, &dq, &mut kv, &dpos, params).unwrap();
+        ops::attention_single_block(&dev, &mut out, &dq, &kv, &dpos, params).unwrap();
         let prefill = dev.download(&out).unwrap();
-        // The last two rows again through the decode path (two query rows): the same values.
+        let mut routed = poisoned(&dev, q.len());
+        ops::attention(&dev, &mut routed, &dq, &mut kv, &dpos, params).unwrap();
+        results.push(dev.download(&routed).unwrap());
+        // The last two rows again through the decode path (two query rows): the exact
+        // kernel's values.
         let width = n_heads * hd;
         let dq2 = dev.upload(&q[(n - 2) * width..]).unwrap();
         let dpos2 = dev.upload(&positions[n - 2..]).unwrap();
@@ -809,8 +936,16 @@ fn paged_kv_cache_gives_the_same_attention_for_any_page_order() {
         );
         results.push(prefill);
     }
-    assert!(results[0].iter().all(|v| v.is_finite()));
-    assert_eq!(results[0], results[1], "page order changed the result");
+    // [flash, exact] for each page order.
+    assert!(results.iter().all(|r| r.iter().all(|v| v.is_finite())));
+    assert_eq!(
+        results[0], results[2],
+        "page order changed the flash result"
+    );
+    assert_eq!(
+        results[1], results[3],
+        "page order changed the exact result"
+    );
     assert!(DeviceKv::with_pages(&dev, n_kv, hd, cap, 2, &scattered).is_err());
 }
 
