@@ -9,13 +9,14 @@
 mod cpu;
 pub mod ops;
 pub mod quant;
+mod team;
 
 pub use cpu::{cpu_features, kernel_path, CpuFeatures, KERNEL_PATH_ENV};
 #[doc(hidden)]
 pub use quant::kernel_paths;
 pub use quant::{
-    activation_dtype, dequantize, matmul, matmul_quantized, quantize_acts, vec_dot, QuantizedActs,
-    WeightView,
+    activation_dtype, dequantize, matmul, matmul_many, matmul_quantized, quantize_acts, vec_dot,
+    QuantizedActs, WeightView,
 };
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The CPU backend: llama.cpp's portable arithmetic, bit for bit (see `docs/numerics.md`).
 
-use synaptix_kernels_cpu::{dequantize, matmul, WeightView};
+use synaptix_kernels_cpu::{dequantize, matmul, matmul_many, WeightView};
 
 use crate::attention::{attend, LayerKv};
 use crate::backend::Backend;
@@ -123,6 +123,54 @@ impl Backend for CpuBackend {
             data: y,
             cols: n_out,
         })
+    }
+
+    /// One quantization of `x` and, for a single row, one parallel region for all matrices
+    /// (`matmul_many`); the same values as separate [`Backend::linear`] calls.
+    fn linear_many(
+        &self,
+        x: &CpuTensor,
+        ws: &[(&Weight, Option<&Vec<f32>>)],
+    ) -> Result<Vec<CpuTensor>> {
+        let rows = x.rows();
+        let mut views = Vec::with_capacity(ws.len());
+        let mut outs = Vec::with_capacity(ws.len());
+        for (w, _) in ws {
+            let (n_out, n_in) = (w.shape.dims()[0], w.shape.dims()[1]);
+            if x.cols != n_in {
+                return Err(mismatch(
+                    "linear",
+                    format!("{} has {n_in} inputs, x has {}", w.name, x.cols),
+                ));
+            }
+            views.push(WeightView {
+                dtype: w.dtype,
+                data: w.data.as_bytes(),
+                rows: n_out,
+                cols: n_in,
+            });
+            outs.push(vec![0f32; rows * n_out]);
+        }
+        {
+            let mut ys: Vec<&mut [f32]> = outs.iter_mut().map(|y| y.as_mut_slice()).collect();
+            matmul_many(&views, &x.data, rows, &mut ys)?;
+        }
+        Ok(outs
+            .into_iter()
+            .zip(ws)
+            .map(|(mut y, (w, bias))| {
+                let n_out = w.shape.dims()[0];
+                if let Some(b) = bias {
+                    for row in y.chunks_exact_mut(n_out) {
+                        row.iter_mut().zip(b.iter()).for_each(|(v, b)| *v += b);
+                    }
+                }
+                CpuTensor {
+                    data: y,
+                    cols: n_out,
+                }
+            })
+            .collect())
     }
 
     fn rms_norm(&self, x: &CpuTensor, w: &Vec<f32>, eps: f32) -> Result<CpuTensor> {

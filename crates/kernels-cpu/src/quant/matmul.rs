@@ -118,6 +118,137 @@ pub(crate) fn matmul_quantized_on(
     run(OP, path, w, row_bytes, acts, y)
 }
 
+/// Several products of the same input, `ys[i][m×n_i] = x[m×k] · W_iᵀ` (the Q/K/V or gate/up
+/// projections of a layer): each output exactly what [`matmul`] gives for its matrix. `x` is
+/// quantized once per activation format the matrices need (once in all when they share it). For
+/// one activation row (decode), all matrices' rows run in one parallel region instead of one per
+/// matrix, which saves a fork-join of the thread pool (and often a wake-up) per matrix.
+///
+/// Errors: as [`matmul`] for any matrix, or `ys.len() != ws.len()`.
+pub fn matmul_many(ws: &[WeightView], x: &[f32], m: usize, ys: &mut [&mut [f32]]) -> Result<()> {
+    matmul_many_on(path(), ws, x, m, ys)
+}
+
+/// [`matmul_many`] with the kernels for `path` (which the CPU must support).
+pub(crate) fn matmul_many_on(
+    path: Path,
+    ws: &[WeightView],
+    x: &[f32],
+    m: usize,
+    ys: &mut [&mut [f32]],
+) -> Result<()> {
+    const OP: &str = "matmul_many";
+    let mismatch = |detail: String| Error::ShapeMismatch { op: OP, detail };
+    if ws.len() != ys.len() {
+        return Err(mismatch(format!(
+            "{} matrices, {} outputs",
+            ws.len(),
+            ys.len()
+        )));
+    }
+    // Quantized inputs, one set per activation format, and each matrix's row bytes.
+    let mut acts_by_format: Vec<(DType, Vec<QuantizedActs>)> = Vec::new();
+    let mut row_bytes = Vec::with_capacity(ws.len());
+    for (w, y) in ws.iter().zip(ys.iter()) {
+        let (n, k) = (w.rows, w.cols);
+        row_bytes.push(checked_row_bytes(OP, w)?);
+        if m.checked_mul(k) != Some(x.len()) || m.checked_mul(n) != Some(y.len()) {
+            return Err(mismatch(format!(
+                "x has {} values and y {} for {m} rows of [{n}, {k}]",
+                x.len(),
+                y.len()
+            )));
+        }
+        let format = super::activation_dtype(w.dtype)?;
+        if k > 0 && !acts_by_format.iter().any(|(f, _)| *f == format) {
+            let acts = x
+                .chunks(k)
+                .map(|r| quantize_acts_on(path, w.dtype, r))
+                .collect::<Result<Vec<_>>>()?;
+            acts_by_format.push((format, acts));
+        }
+    }
+    if m == 0 {
+        return Ok(());
+    }
+    let acts_for = |w: &WeightView| -> Result<&[QuantizedActs]> {
+        let format = super::activation_dtype(w.dtype)?;
+        Ok(acts_by_format
+            .iter()
+            .find(|(f, _)| *f == format)
+            .map_or(&[][..], |(_, a)| a.as_slice()))
+    };
+    let total_bytes: usize = ws.iter().map(|w| w.data.len()).sum();
+    if m > 1 || !is_parallel(total_bytes, 1) {
+        for ((w, y), &rb) in ws.iter().zip(ys.iter_mut()).zip(&row_bytes) {
+            if w.rows == 0 {
+                continue;
+            }
+            if w.cols == 0 {
+                y.fill(0.0);
+                continue;
+            }
+            run(OP, path, *w, rb, acts_for(w)?, y)?;
+        }
+        return Ok(());
+    }
+    // Decode: every matrix's rows in one job of the team.
+    let mut jobs: Vec<(RowJob, &mut [f32])> = Vec::new();
+    for ((w, y), &rb) in ws.iter().zip(ys.iter_mut()).zip(&row_bytes) {
+        if w.rows == 0 {
+            continue;
+        }
+        if w.cols == 0 {
+            y.fill(0.0);
+            continue;
+        }
+        let acts = acts_for(w)?;
+        let kernels = checked_kernels(OP, path, w.dtype, rb, &acts[0])?;
+        let job = RowJob {
+            kernels,
+            data: w.data,
+            row_bytes: rb,
+            acts,
+        };
+        jobs.push((job, &mut **y));
+    }
+    run_on_team(&mut jobs);
+    Ok(())
+}
+
+/// An output pointer the team's threads write disjoint ranges of.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: each team thread writes only its own rows' outputs (see `run_on_team`).
+unsafe impl Sync for OutPtr {}
+unsafe impl Send for OutPtr {}
+
+/// One activation row against each job's matrix, on the decode team: thread `t` of `T` takes
+/// rows `[t·p, (t+1)·p)` of every matrix, `p = ceil(n / T)` rounded up to [`ROW_ALIGN`]. Each
+/// output is still exactly its row's dot, so the split never changes a value.
+fn run_on_team(jobs: &mut [(RowJob, &mut [f32])]) {
+    let team = crate::team::team();
+    let threads = team.threads();
+    let outs: Vec<(RowJob, OutPtr, usize)> = jobs
+        .iter_mut()
+        .map(|(job, y)| (*job, OutPtr(y.as_mut_ptr()), y.len()))
+        .collect();
+    team.run(&|t| {
+        for &(job, out, n) in &outs {
+            let per = n.div_ceil(threads).next_multiple_of(ROW_ALIGN);
+            let r0 = t * per;
+            if r0 >= n {
+                continue;
+            }
+            let rows = per.min(n - r0);
+            // SAFETY: `out` points at `n` outputs borrowed mutably by the caller for this call;
+            // the ranges [r0, r0 + rows) of different `t` are disjoint.
+            let ys = unsafe { std::slice::from_raw_parts_mut(out.0.add(r0), rows) };
+            job.rows(r0, ys);
+        }
+    });
+}
+
 /// Bytes per weight row, after checking `w.data` holds exactly `rows` such rows.
 fn checked_row_bytes(op: &'static str, w: &WeightView) -> Result<usize> {
     let (n, k) = (w.rows, w.cols);
@@ -189,11 +320,10 @@ fn run(
     };
 
     if m == 1 {
-        let run = |(c, ys): (usize, &mut [f32])| job.rows(c * chunk_rows, ys);
         if parallel {
-            y.par_chunks_mut(chunk_rows).enumerate().for_each(run);
+            run_on_team(&mut [(job, y)]);
         } else {
-            y.chunks_mut(chunk_rows).enumerate().for_each(run);
+            job.rows(0, y);
         }
         return Ok(());
     }
@@ -235,6 +365,7 @@ fn run(
 const TRANSPOSE_ROWS: usize = 16;
 
 /// Everything a chunk of output rows needs; lengths were validated by `matmul`.
+#[derive(Clone, Copy)]
 struct RowJob<'a> {
     kernels: Kernels,
     data: &'a [u8],

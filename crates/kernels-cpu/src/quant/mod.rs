@@ -26,7 +26,7 @@ mod simd;
 
 use synaptix_core::{DType, Error, Result};
 
-pub use matmul::{matmul, matmul_quantized, WeightView};
+pub use matmul::{matmul, matmul_many, matmul_quantized, WeightView};
 
 use crate::cpu::{path, Path};
 
