@@ -5,7 +5,8 @@ mod common;
 use common::{random_weights, Rng, WEIGHT_TYPES};
 use synaptix_core::DType;
 use synaptix_kernels_cpu::{
-    dequantize, matmul, matmul_quantized, quantize_acts, vec_dot, QuantizedActs, WeightView,
+    dequantize, matmul, matmul_many, matmul_quantized, quantize_acts, vec_dot, QuantizedActs,
+    WeightView,
 };
 
 fn dequant(dtype: DType, bytes: &[u8], n: usize) -> Vec<f32> {
@@ -271,4 +272,59 @@ fn kquant_matmul_equals_vec_dot_for_every_row_count() {
     for dtype in [DType::Q4K, DType::Q6K] {
         assert_matmul_equals_vec_dot(&mut rng, dtype, &[(3, 256), (6, 1024), (41, 256)]);
     }
+}
+
+/// `matmul_many` (one quantization per activation format, one parallel region for a single
+/// row) gives every output bit for bit what a separate `matmul` gives, for matrices whose
+/// formats need different activation formats, sizes on both sides of the parallel threshold,
+/// one row (the decode team) and several (tiles and transposes); mismatched shapes are errors.
+#[test]
+fn matmul_many_equals_separate_matmuls() {
+    let k = 512;
+    let specs = [
+        (DType::Q5_0, 700),
+        (DType::Q4K, 130),
+        (DType::Q8_0, 9),
+        (DType::F16, 64),
+    ];
+    let mut rng = Rng::new(77);
+    let weights: Vec<Vec<u8>> = specs
+        .iter()
+        .map(|&(dtype, n)| random_weights(&mut rng, dtype, n, k))
+        .collect();
+    let views: Vec<WeightView> = specs
+        .iter()
+        .zip(&weights)
+        .map(|(&(dtype, n), w)| WeightView {
+            dtype,
+            data: w,
+            rows: n,
+            cols: k,
+        })
+        .collect();
+    for m in [1, 3, 20] {
+        let x = rng.normal_vec(m * k, 1.0);
+        let mut outs: Vec<Vec<f32>> = specs.iter().map(|&(_, n)| vec![f32::NAN; m * n]).collect();
+        {
+            let mut ys: Vec<&mut [f32]> = outs.iter_mut().map(|y| y.as_mut_slice()).collect();
+            matmul_many(&views, &x, m, &mut ys).unwrap();
+        }
+        for (view, got) in views.iter().zip(&outs) {
+            let mut want = vec![f32::NAN; m * view.rows];
+            matmul(*view, &x, m, &mut want).unwrap();
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same,
+                "{} [{} x {k}] m={m}: matmul_many differs from matmul",
+                view.dtype, view.rows
+            );
+        }
+    }
+    let x = vec![0f32; k];
+    let mut short = vec![0f32; 3];
+    assert!(matmul_many(&views[..1], &x, 1, &mut [&mut short[..]]).is_err());
+    assert!(matmul_many(&views[..1], &x, 1, &mut []).is_err());
 }
