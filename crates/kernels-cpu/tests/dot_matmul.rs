@@ -324,7 +324,7 @@ fn matmul_many_equals_separate_matmuls() {
         }
     }
     let x = vec![0f32; k];
-    let mut short = vec![0f32; 3];
+    let mut short = [0f32; 3];
     assert!(matmul_many(&views[..1], &x, 1, &mut [&mut short[..]]).is_err());
     assert!(matmul_many(&views[..1], &x, 1, &mut []).is_err());
 }
