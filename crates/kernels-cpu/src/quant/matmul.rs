@@ -179,20 +179,8 @@ pub(crate) fn matmul_many_on(
             .map_or(&[][..], |(_, a)| a.as_slice()))
     };
     let total_bytes: usize = ws.iter().map(|w| w.data.len()).sum();
-    if m > 1 || !is_parallel(total_bytes, 1) {
-        for ((w, y), &rb) in ws.iter().zip(ys.iter_mut()).zip(&row_bytes) {
-            if w.rows == 0 {
-                continue;
-            }
-            if w.cols == 0 {
-                y.fill(0.0);
-                continue;
-            }
-            run(OP, path, *w, rb, acts_for(w)?, y)?;
-        }
-        return Ok(());
-    }
-    // Decode: every matrix's rows in one job of the team.
+    // Decode: every matrix's rows in one job of the team; otherwise each product on its own.
+    let one_region = m == 1 && is_parallel(total_bytes, 1);
     let mut jobs: Vec<(RowJob, &mut [f32])> = Vec::new();
     for ((w, y), &rb) in ws.iter().zip(ys.iter_mut()).zip(&row_bytes) {
         if w.rows == 0 {
@@ -203,6 +191,10 @@ pub(crate) fn matmul_many_on(
             continue;
         }
         let acts = acts_for(w)?;
+        if !one_region {
+            run(OP, path, *w, rb, acts, y)?;
+            continue;
+        }
         let kernels = checked_kernels(OP, path, w.dtype, rb, &acts[0])?;
         let job = RowJob {
             kernels,
@@ -212,7 +204,9 @@ pub(crate) fn matmul_many_on(
         };
         jobs.push((job, &mut **y));
     }
-    run_on_team(&mut jobs);
+    if !jobs.is_empty() {
+        run_on_team(&mut jobs);
+    }
     Ok(())
 }
 
