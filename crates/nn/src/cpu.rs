@@ -1,5 +1,6 @@
 //! The CPU backend: llama.cpp's portable arithmetic, bit for bit (see `docs/numerics.md`).
 
+use rayon::prelude::*;
 use synaptix_kernels_cpu::{dequantize, matmul, matmul_many, WeightView};
 
 use crate::attention::{attend, LayerKv};
@@ -24,6 +25,10 @@ impl CpuTensor {
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CpuBackend;
+
+/// Elementwise work (norms, activations) from this many values on is split over the rayon pool
+/// (prefill); a decode step's single row stays on the calling thread.
+const PARALLEL_ELEMENTS: usize = 64 * 1024;
 
 fn mismatch(op: &'static str, detail: String) -> NnError {
     NnError::Kernel(synaptix_core::Error::ShapeMismatch { op, detail })
@@ -181,8 +186,11 @@ impl Backend for CpuBackend {
             ));
         }
         let mut y = x.clone();
-        for row in y.data.chunks_exact_mut(w.len()) {
-            rms_norm_row(row, w, eps);
+        let norm = |row: &mut [f32]| rms_norm_row(row, w, eps);
+        if y.data.len() >= PARALLEL_ELEMENTS {
+            y.data.par_chunks_mut(w.len()).for_each(norm);
+        } else {
+            y.data.chunks_exact_mut(w.len()).for_each(norm);
         }
         Ok(y)
     }
@@ -222,7 +230,14 @@ impl Backend for CpuBackend {
                 format!("{} vs {} values", x.data.len(), y.data.len()),
             ));
         }
-        x.data.iter_mut().zip(&y.data).for_each(|(a, b)| *a += b);
+        if x.data.len() >= PARALLEL_ELEMENTS {
+            x.data
+                .par_chunks_mut(PARALLEL_ELEMENTS / 4)
+                .zip(y.data.par_chunks(PARALLEL_ELEMENTS / 4))
+                .for_each(|(a, b)| a.iter_mut().zip(b).for_each(|(a, b)| *a += b));
+        } else {
+            x.data.iter_mut().zip(&y.data).for_each(|(a, b)| *a += b);
+        }
         Ok(())
     }
 
@@ -234,21 +249,26 @@ impl Backend for CpuBackend {
             ));
         }
         let mut out = gate.clone();
-        match act {
-            Activation::Silu => {
-                for (g, u) in out
-                    .data
-                    .chunks_exact_mut(gate.cols)
-                    .zip(up.data.chunks_exact(up.cols))
-                {
-                    ggml_math::swiglu_inplace(g, u);
-                }
-            }
+        // Row by row, elementwise: the same values on any number of threads.
+        let apply = |(g, u): (&mut [f32], &[f32])| match act {
+            Activation::Silu => ggml_math::swiglu_inplace(g, u),
             Activation::GeluTanh => {
-                for (g, u) in out.data.iter_mut().zip(&up.data) {
+                for (g, u) in g.iter_mut().zip(u) {
                     *g = gelu_tanh_f16_table(*g) * u;
                 }
             }
+        };
+        let cols = gate.cols.max(1);
+        if out.data.len() >= PARALLEL_ELEMENTS {
+            out.data
+                .par_chunks_mut(cols)
+                .zip(up.data.par_chunks(cols))
+                .for_each(apply);
+        } else {
+            out.data
+                .chunks_mut(cols)
+                .zip(up.data.chunks(cols))
+                .for_each(apply);
         }
         Ok(out)
     }

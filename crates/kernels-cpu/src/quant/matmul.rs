@@ -161,10 +161,12 @@ pub(crate) fn matmul_many_on(
         }
         let format = super::activation_dtype(w.dtype)?;
         if k > 0 && !acts_by_format.iter().any(|(f, _)| *f == format) {
-            let acts = x
-                .chunks(k)
-                .map(|r| quantize_acts_on(path, w.dtype, r))
-                .collect::<Result<Vec<_>>>()?;
+            let quantize = |r: &[f32]| quantize_acts_on(path, w.dtype, r);
+            let acts = if m > 1 && is_parallel(w.data.len(), m) {
+                x.par_chunks(k).map(quantize).collect::<Result<Vec<_>>>()?
+            } else {
+                x.chunks(k).map(quantize).collect::<Result<Vec<_>>>()?
+            };
             acts_by_format.push((format, acts));
         }
     }
