@@ -45,6 +45,14 @@ enum Command {
     Devices(devices::DevicesArgs),
 }
 
+/// mimalloc instead of the system allocator: a step allocates and frees many large activation
+/// buffers on the calling thread, and glibc's free-chunk consolidation and page faults for
+/// them showed up in prefill profiles (about 20% of the calling thread's samples). Prefill
+/// measured 5-20% faster with it. mimalloc is built without transparent huge pages
+/// (`no_thp`): with them its arenas cost Gemma 3 270M 389 MB of peak memory instead of 359.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     std::panic::set_hook(Box::new(|info| {
         let msg = info

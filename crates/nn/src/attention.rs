@@ -23,11 +23,96 @@ pub struct AttentionSpec {
 /// `[n_kv_heads, capacity, head_dim]`.
 #[derive(Debug, Clone)]
 pub struct LayerKv {
-    k: Vec<f16>,
-    v: Vec<f16>,
+    k: ZeroedF16,
+    v: ZeroedF16,
     n_kv_heads: usize,
     head_dim: usize,
     capacity: usize,
+}
+
+/// f16 values zeroed by the system allocator (calloc), whatever the global allocator is: a
+/// large allocation then comes from fresh zero pages of the OS, so the pages of positions never
+/// written are never touched and a large context costs memory only as it fills. (mimalloc, the
+/// binary's allocator, zeroes such blocks itself.)
+struct ZeroedF16 {
+    ptr: std::ptr::NonNull<f16>,
+    len: usize,
+}
+
+// SAFETY: ZeroedF16 owns its buffer exclusively, like a Vec<f16>.
+unsafe impl Send for ZeroedF16 {}
+unsafe impl Sync for ZeroedF16 {}
+
+impl ZeroedF16 {
+    /// `len` zeros; an allocation the machine cannot satisfy is an error, not an abort.
+    fn new(len: usize) -> Result<ZeroedF16> {
+        use std::alloc::GlobalAlloc;
+        let oom = NnError::OutOfMemory {
+            bytes: len.saturating_mul(2),
+        };
+        if len == 0 {
+            return Ok(ZeroedF16 {
+                ptr: std::ptr::NonNull::dangling(),
+                len: 0,
+            });
+        }
+        let layout = std::alloc::Layout::array::<f16>(len).map_err(|_| oom)?;
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { std::alloc::System.alloc_zeroed(layout) }.cast::<f16>();
+        let ptr = std::ptr::NonNull::new(p).ok_or(NnError::OutOfMemory {
+            bytes: len.saturating_mul(2),
+        })?;
+        Ok(ZeroedF16 { ptr, len })
+    }
+}
+
+impl std::fmt::Debug for ZeroedF16 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ZeroedF16({} values)", self.len)
+    }
+}
+
+impl Clone for ZeroedF16 {
+    /// A copy (of every value, so every page is touched). Panics, like `Vec::clone`, if the
+    /// memory cannot be had.
+    fn clone(&self) -> ZeroedF16 {
+        let Ok(mut copy) = ZeroedF16::new(self.len) else {
+            std::alloc::handle_alloc_error(
+                std::alloc::Layout::array::<f16>(self.len)
+                    .unwrap_or(std::alloc::Layout::new::<f16>()),
+            );
+        };
+        copy.copy_from_slice(self);
+        copy
+    }
+}
+
+impl Drop for ZeroedF16 {
+    fn drop(&mut self) {
+        use std::alloc::GlobalAlloc;
+        if self.len > 0 {
+            // SAFETY: allocated by `System` with exactly this layout (it was valid then).
+            unsafe {
+                let layout = std::alloc::Layout::array::<f16>(self.len).unwrap_unchecked();
+                std::alloc::System.dealloc(self.ptr.as_ptr().cast(), layout);
+            }
+        }
+    }
+}
+
+impl std::ops::Deref for ZeroedF16 {
+    type Target = [f16];
+    fn deref(&self) -> &[f16] {
+        // SAFETY: `len` initialised f16s (all-zero bits are +0.0), owned by self.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for ZeroedF16 {
+    fn deref_mut(&mut self) -> &mut [f16] {
+        // SAFETY: as `deref`, borrowed mutably through self.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
 }
 
 impl LayerKv {
@@ -39,30 +124,9 @@ impl LayerKv {
             .checked_mul(capacity)
             .and_then(|v| v.checked_mul(head_dim))
             .ok_or(NnError::OutOfMemory { bytes: usize::MAX })?;
-        // Zeroed by the allocator (calloc): the pages of positions never written are never
-        // touched, so a large context costs memory only as it fills.
-        let zeroed = |n: usize| -> Result<Vec<f16>> {
-            let oom = NnError::OutOfMemory {
-                bytes: n.saturating_mul(2),
-            };
-            if n == 0 {
-                return Ok(Vec::new());
-            }
-            let layout = std::alloc::Layout::array::<f16>(n).map_err(|_| oom)?;
-            // SAFETY: the layout has a non-zero size; all-zero bits are a valid f16 (+0.0).
-            let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<f16>();
-            if p.is_null() {
-                return Err(NnError::OutOfMemory {
-                    bytes: n.saturating_mul(2),
-                });
-            }
-            // SAFETY: `p` was allocated by the global allocator with the layout of `n` f16s,
-            // all initialised (zero); the Vec takes ownership with length = capacity = n.
-            Ok(unsafe { Vec::from_raw_parts(p, n, n) })
-        };
         Ok(LayerKv {
-            k: zeroed(n + kernels::KEY_PAD)?,
-            v: zeroed(n)?,
+            k: ZeroedF16::new(n + kernels::KEY_PAD)?,
+            v: ZeroedF16::new(n)?,
             n_kv_heads,
             head_dim,
             capacity,
