@@ -192,6 +192,10 @@ pub fn attend(spec: &AttentionSpec, q: &[f32], kv: &LayerKv, positions: &[usize]
     attend_with(spec, q, kv, positions, true)
 }
 
+/// Below this many (head × attended position × head dimension) products, a single query row's
+/// attention runs on the calling thread.
+const SERIAL_ATTENTION_WORK: usize = 1 << 20;
+
 /// [`attend`], with the SIMD kernels allowed (`simd`, where the CPU has them) or not: both give
 /// identical bits.
 fn attend_with(
@@ -212,119 +216,126 @@ fn attend_with(
     let first_of = |pos: usize| spec.window.map_or(0, |w| (pos + 1).saturating_sub(w));
     let chunks = positions.len().div_ceil(ROWS_PER_TASK);
     let use_simd = simd && kernels::simd_available() && hd.is_multiple_of(8);
+    // Small jobs (a decode step over a short context) stay on the calling thread: waking the
+    // pool costs more than the work.
+    let span_max = positions.iter().max().map_or(0, |&p| p + 1);
+    let parallel = positions.len() > 1 || spec.n_heads * span_max * hd >= SERIAL_ATTENTION_WORK;
     // Task (head, chunk of rows) -> [rows in chunk, hd] outputs.
-    let results: Vec<Vec<f32>> = (0..spec.n_heads * chunks)
-        .into_par_iter()
-        .map(|task| {
-            let (h, chunk) = (task / chunks, task % chunks);
-            let rows = chunk * ROWS_PER_TASK..((chunk + 1) * ROWS_PER_TASK).min(positions.len());
-            let kvh = h / group;
-            let lo = rows
+    let task = |task: usize| {
+        let (h, chunk) = (task / chunks, task % chunks);
+        let rows = chunk * ROWS_PER_TASK..((chunk + 1) * ROWS_PER_TASK).min(positions.len());
+        let kvh = h / group;
+        let lo = rows
+            .clone()
+            .map(|r| first_of(positions[r]))
+            .min()
+            .unwrap_or(0);
+        let hi = rows.clone().map(|r| positions[r]).max().unwrap_or(0);
+        let span = hi + 1 - lo;
+        let values16 = &kv.head_values(kvh)[lo * hd..(hi + 1) * hd];
+        // (f16 infinities and NaNs have all exponent bits set; no short cut, so this
+        // vectorises.)
+        let values_finite = values16
+            .iter()
+            .fold(true, |ok, v| ok & (v.to_bits() & 0x7c00 != 0x7c00));
+        // The SIMD kernels read the f16 cache. The scalar ones take keys dimension-major and
+        // values position-major as exact f32 copies of the f16s (prefill converts each
+        // cached value once per chunk instead of once per row).
+        let (mut keys, mut values) = (Vec::new(), Vec::new());
+        if !use_simd {
+            keys = vec![0f32; hd * span];
+            for (d, dst) in keys.chunks_exact_mut(span).enumerate() {
+                kv.key_dim(kvh, d)[lo..=hi].convert_to_f32_slice(dst);
+            }
+            values = vec![0f32; span * hd];
+            values16.convert_to_f32_slice(&mut values);
+        }
+        // Queries rounded to f16 (exact in f64).
+        let mut q16 = vec![f16::ZERO; rows.len() * hd];
+        for (row, dst) in rows.clone().zip(q16.chunks_exact_mut(hd)) {
+            dst.convert_from_f32_slice(&q[row * width + h * hd..][..hd]);
+        }
+        let mut q32 = vec![0f32; q16.len()];
+        q16.convert_to_f32_slice(&mut q32);
+        let qh: Vec<f64> = q32.iter().map(|&v| v as f64).collect();
+        let mut out = Vec::with_capacity(rows.len() * hd);
+        let (mut dots, mut weights, mut probs, mut acc) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let (mut probs16, mut rounded) = (Vec::new(), Vec::new());
+        for block_start in rows.clone().step_by(ROWS_PER_BLOCK) {
+            let block = block_start..(block_start + ROWS_PER_BLOCK).min(rows.end);
+            let nb = block.len();
+            let blo = block
                 .clone()
                 .map(|r| first_of(positions[r]))
                 .min()
                 .unwrap_or(0);
-            let hi = rows.clone().map(|r| positions[r]).max().unwrap_or(0);
-            let span = hi + 1 - lo;
-            let values16 = &kv.head_values(kvh)[lo * hd..(hi + 1) * hd];
-            // (f16 infinities and NaNs have all exponent bits set; no short cut, so this
-            // vectorises.)
-            let values_finite = values16
-                .iter()
-                .fold(true, |ok, v| ok & (v.to_bits() & 0x7c00 != 0x7c00));
-            // The SIMD kernels read the f16 cache. The scalar ones take keys dimension-major and
-            // values position-major as exact f32 copies of the f16s (prefill converts each
-            // cached value once per chunk instead of once per row).
-            let (mut keys, mut values) = (Vec::new(), Vec::new());
-            if !use_simd {
-                keys = vec![0f32; hd * span];
-                for (d, dst) in keys.chunks_exact_mut(span).enumerate() {
-                    kv.key_dim(kvh, d)[lo..=hi].convert_to_f32_slice(dst);
-                }
-                values = vec![0f32; span * hd];
-                values16.convert_to_f32_slice(&mut values);
+            let bhi = block.clone().map(|r| positions[r]).max().unwrap_or(0);
+            let n = bhi + 1 - blo;
+            // Scores for positions blo..=bhi of every row in the block, each an f64 sum over
+            // dimensions in order (the order of ggml's f16 dot product).
+            let stride = kernels::padded_positions(n, nb);
+            dots.clear();
+            dots.resize(nb * stride, 0f64);
+            let qb = &qh[(block.start - rows.start) * hd..(block.end - rows.start) * hd];
+            if use_simd {
+                let keys = kv.head_keys(kvh);
+                kernels::scores_simd(qb, hd, keys, kv.capacity, blo, n, &mut dots);
+            } else {
+                kernels::scores_scalar(qb, hd, &keys, span, blo - lo, n, &mut dots);
             }
-            // Queries rounded to f16 (exact in f64).
-            let mut q16 = vec![f16::ZERO; rows.len() * hd];
-            for (row, dst) in rows.clone().zip(q16.chunks_exact_mut(hd)) {
-                dst.convert_from_f32_slice(&q[row * width + h * hd..][..hd]);
+            // Probabilities rounded to f16, position-major: weights[j * nb + i] for position
+            // blo + j of row i (zero outside the row's range).
+            weights.clear();
+            weights.resize(n * nb, 0f64);
+            for (i, row) in block.clone().enumerate() {
+                let pos = positions[row];
+                let first = first_of(pos);
+                // At their absolute positions, padded to whole groups of four with masked
+                // entries, as ggml lays out its (256-padded) KV rows: the softmax groups by
+                // index.
+                // Groups wholly before `first` (all masked) add exactly zero to the softmax
+                // total and get probability zero, so the row starts at `first`'s group.
+                let base = first / 4 * 4;
+                probs.clear();
+                probs.resize((pos + 1).next_multiple_of(4) - base, f32::NEG_INFINITY);
+                let dr = &dots[i * stride + (first - blo)..][..pos + 1 - first];
+                for (score, dot) in probs[first - base..=pos - base].iter_mut().zip(dr) {
+                    *score = *dot as f32 * spec.scale;
+                }
+                kernels::softmax(use_simd, &mut probs);
+                let m = pos + 1 - first;
+                probs16.clear();
+                probs16.resize(m, f16::ZERO);
+                probs16.convert_from_f32_slice(&probs[first - base..=pos - base]);
+                rounded.clear();
+                rounded.resize(m, 0f32);
+                probs16.convert_to_f32_slice(&mut rounded);
+                for (j, &w) in rounded.iter().enumerate() {
+                    weights[(first - blo + j) * nb + i] = w as f64;
+                }
             }
-            let mut q32 = vec![0f32; q16.len()];
-            q16.convert_to_f32_slice(&mut q32);
-            let qh: Vec<f64> = q32.iter().map(|&v| v as f64).collect();
-            let mut out = Vec::with_capacity(rows.len() * hd);
-            let (mut dots, mut weights, mut probs, mut acc) =
-                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-            let (mut probs16, mut rounded) = (Vec::new(), Vec::new());
-            for block_start in rows.clone().step_by(ROWS_PER_BLOCK) {
-                let block = block_start..(block_start + ROWS_PER_BLOCK).min(rows.end);
-                let nb = block.len();
-                let blo = block
-                    .clone()
-                    .map(|r| first_of(positions[r]))
-                    .min()
-                    .unwrap_or(0);
-                let bhi = block.clone().map(|r| positions[r]).max().unwrap_or(0);
-                let n = bhi + 1 - blo;
-                // Scores for positions blo..=bhi of every row in the block, each an f64 sum over
-                // dimensions in order (the order of ggml's f16 dot product).
-                let stride = kernels::padded_positions(n, nb);
-                dots.clear();
-                dots.resize(nb * stride, 0f64);
-                let qb = &qh[(block.start - rows.start) * hd..(block.end - rows.start) * hd];
-                if use_simd {
-                    let keys = kv.head_keys(kvh);
-                    kernels::scores_simd(qb, hd, keys, kv.capacity, blo, n, &mut dots);
-                } else {
-                    kernels::scores_scalar(qb, hd, &keys, span, blo - lo, n, &mut dots);
-                }
-                // Probabilities rounded to f16, position-major: weights[j * nb + i] for position
-                // blo + j of row i (zero outside the row's range).
-                weights.clear();
-                weights.resize(n * nb, 0f64);
-                for (i, row) in block.clone().enumerate() {
-                    let pos = positions[row];
-                    let first = first_of(pos);
-                    // At their absolute positions, padded to whole groups of four with masked
-                    // entries, as ggml lays out its (256-padded) KV rows: the softmax groups by
-                    // index.
-                    // Groups wholly before `first` (all masked) add exactly zero to the softmax
-                    // total and get probability zero, so the row starts at `first`'s group.
-                    let base = first / 4 * 4;
-                    probs.clear();
-                    probs.resize((pos + 1).next_multiple_of(4) - base, f32::NEG_INFINITY);
-                    let dr = &dots[i * stride + (first - blo)..][..pos + 1 - first];
-                    for (score, dot) in probs[first - base..=pos - base].iter_mut().zip(dr) {
-                        *score = *dot as f32 * spec.scale;
-                    }
-                    kernels::softmax(use_simd, &mut probs);
-                    let m = pos + 1 - first;
-                    probs16.clear();
-                    probs16.resize(m, f16::ZERO);
-                    probs16.convert_from_f32_slice(&probs[first - base..=pos - base]);
-                    rounded.clear();
-                    rounded.resize(m, 0f32);
-                    probs16.convert_to_f32_slice(&mut rounded);
-                    for (j, &w) in rounded.iter().enumerate() {
-                        weights[(first - blo + j) * nb + i] = w as f64;
-                    }
-                }
-                // Outputs, each an f64 sum over positions in order.
-                acc.clear();
-                acc.resize(nb * hd, 0f64);
-                let (w, vb) = (&weights, (blo - lo) * hd);
-                match (use_simd, values_finite) {
-                    (true, true) => kernels::outputs_simd(w, nb, n, &values16[vb..], hd, &mut acc),
-                    (true, false) => {
-                        kernels::outputs_scalar(w, nb, n, &values16[vb..], hd, &mut acc)
-                    }
-                    (false, _) => kernels::outputs_scalar(w, nb, n, &values[vb..], hd, &mut acc),
-                }
-                out.extend(acc.iter().map(|&a| a as f32));
+            // Outputs, each an f64 sum over positions in order.
+            acc.clear();
+            acc.resize(nb * hd, 0f64);
+            let (w, vb) = (&weights, (blo - lo) * hd);
+            match (use_simd, values_finite) {
+                (true, true) => kernels::outputs_simd(w, nb, n, &values16[vb..], hd, &mut acc),
+                (true, false) => kernels::outputs_scalar(w, nb, n, &values16[vb..], hd, &mut acc),
+                (false, _) => kernels::outputs_scalar(w, nb, n, &values[vb..], hd, &mut acc),
             }
-            out
-        })
-        .collect();
+            out.extend(acc.iter().map(|&a| a as f32));
+        }
+        out
+    };
+    let results: Vec<Vec<f32>> = if parallel {
+        (0..spec.n_heads * chunks)
+            .into_par_iter()
+            .map(task)
+            .collect()
+    } else {
+        (0..spec.n_heads * chunks).map(task).collect()
+    };
     let mut out = vec![0f32; positions.len() * width];
     for (task, block) in results.iter().enumerate() {
         let (h, chunk) = (task / chunks, task % chunks);
