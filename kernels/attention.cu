@@ -550,15 +550,17 @@ __device__ __forceinline__ void flash_attention(float* out, const float* q, cons
     }
 }
 
-// out, q: [rows, n_heads, HD]; k, v: paged f16 caches; grid (ceil(rows / FA_ROWS), n_heads),
+// out, q: [rows, n_heads, HD]; k, v: paged f16 caches (hd = HD, unused: the same parameters as
+// attention_tiled_f32, so one host launcher serves both); grid (ceil(rows / FA_ROWS), n_heads),
 // FA_WARPS * 32 threads, dynamic shared memory (FA_ROWS + T) * (HD + 8) * 2 + HD * (T + 8) * 2.
 #define FLASH_KERNEL(HD, T)                                                                               \
     extern "C" __global__ void __launch_bounds__(FA_WARPS * WARP)                                         \
         attention_flash_hd##HD(float* out, const float* q, const u16* k, const u16* v, const i32* table,  \
-                               const i32* pos, int rows, int n_heads, int n_kv_heads, float scale,        \
-                               int window, int capacity) {                                                \
+                               const i32* pos, int rows, int n_heads, int n_kv_heads, int hd,             \
+                               float scale, int window, int capacity) {                                   \
         PDL_WAIT();                                                                                       \
         PDL_TRIGGER();                                                                                    \
+        (void)hd; /* HD is the template's; the parameter keeps attention_tiled_f32's signature */         \
         flash_attention<HD, T>(out, q, k, v, table, pos, rows, n_heads, n_kv_heads, scale, window,       \
                                capacity);                                                                 \
     }

@@ -421,17 +421,43 @@ pub fn attention_tiled(
     // Q [16][hd] f64, K [32][hd + 1] f32, V [32][hd] f32, P [16][32] f32.
     let smem =
         TILED_ROWS * hd * 8 + TILED_T * (hd + 1) * 4 + TILED_T * hd * 4 + TILED_ROWS * TILED_T * 4;
-    let f = dev.function("attention", "attention_tiled_f32")?;
+    launch_prefill(
+        dev,
+        "attention_tiled_f32",
+        (smem, TILED_ROWS, TILED_THREADS),
+        (out, q, kv, positions),
+        p,
+    )
+}
+
+/// Launches a prefill kernel of `kernels/attention.cu` (parameters `out, q, k, v, table, pos,
+/// rows, n_heads, n_kv_heads, hd, scale, window, capacity`) with one block of `threads` per
+/// `rows_per_block` query rows and head and `smem` bytes of dynamic shared memory (opted into
+/// above 48 KiB). The caller has checked the shapes.
+fn launch_prefill(
+    dev: &CudaDevice,
+    name: &str,
+    (smem, rows_per_block, threads): (usize, usize, u32),
+    (out, q, kv, positions): (
+        &mut DeviceBuffer<f32>,
+        &DeviceBuffer<f32>,
+        &DeviceKv,
+        &DeviceBuffer<i32>,
+    ),
+    p: AttentionParams,
+) -> Result<()> {
+    let rows = positions.len();
+    let f = dev.function("attention", name)?;
     if smem > 48 * 1024 {
         let limit = dev.max_shared_memory(&f)?;
         check("attention", smem <= limit, || {
-            format!("the tiled kernel needs {smem} bytes of shared memory, this GPU gives {limit}")
+            format!("{name} needs {smem} bytes of shared memory, this GPU gives {limit}")
         })?;
     }
     let rows32 = i32_arg("attention", "rows", rows)?;
     let nh = i32_arg("attention", "n_heads", p.n_heads)?;
     let nkv = i32_arg("attention", "n_kv_heads", kv.n_kv_heads)?;
-    let hd32 = i32_arg("attention", "head_dim", hd)?;
+    let hd32 = i32_arg("attention", "head_dim", kv.head_dim)?;
     let cap = i32_arg("attention", "capacity", kv.capacity)?;
     let win = p.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
     let mut l = Launch::new(dev, &f);
@@ -448,14 +474,15 @@ pub fn attention_tiled(
         .arg(p.scale)
         .arg(win)
         .arg(cap);
-    // SAFETY: grid (ceil(rows / 16), n_heads) over q, out: [rows, n_heads, hd] (checked), 256
-    // threads with hd dividing 256; the kernel reads K and V only at positions in [first, max
-    // position] of its rows, below the capacity (positions outside it are skipped on the
-    // device), and the dynamic shared memory holds the staged tiles sized above.
+    // SAFETY: grid (ceil(rows / rows_per_block), n_heads) over q, out: [rows, n_heads, hd]
+    // (checked by the caller, with a head dimension the kernel covers); the kernels read K and V
+    // only at positions in [first, max position] of their rows, below the capacity (positions
+    // outside it are skipped on the device), and the dynamic shared memory holds their staged
+    // tiles, sized by the caller for this kernel.
     unsafe {
         l.launch(LaunchConfig {
-            grid_dim: (rows.div_ceil(TILED_ROWS) as u32, p.n_heads as u32, 1),
-            block_dim: (TILED_THREADS, 1, 1),
+            grid_dim: (rows.div_ceil(rows_per_block) as u32, p.n_heads as u32, 1),
+            block_dim: (threads, 1, 1),
             shared_mem_bytes: smem as u32,
         })
     }?;
@@ -490,43 +517,13 @@ pub fn attention_flash(
     let hd = kv.head_dim;
     // Q [FLASH_ROWS][hd + 8], K [tile][hd + 8], Vᵀ [hd][tile + 8], halves.
     let smem = ((FLASH_ROWS + tile) * (hd + 8) + hd * (tile + 8)) * 2;
-    let f = dev.function("attention", name)?;
-    if smem > 48 * 1024 {
-        let limit = dev.max_shared_memory(&f)?;
-        check("attention", smem <= limit, || {
-            format!("the flash kernel needs {smem} bytes of shared memory, this GPU gives {limit}")
-        })?;
-    }
-    let rows32 = i32_arg("attention", "rows", rows)?;
-    let nh = i32_arg("attention", "n_heads", p.n_heads)?;
-    let nkv = i32_arg("attention", "n_kv_heads", kv.n_kv_heads)?;
-    let cap = i32_arg("attention", "capacity", kv.capacity)?;
-    let win = p.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
-    let mut l = Launch::new(dev, &f);
-    l.arg(out)
-        .arg(q)
-        .arg(&kv.k)
-        .arg(&kv.v)
-        .arg(&kv.block_table)
-        .arg(positions)
-        .arg(rows32)
-        .arg(nh)
-        .arg(nkv)
-        .arg(p.scale)
-        .arg(win)
-        .arg(cap);
-    // SAFETY: grid (ceil(rows / 64), n_heads) over q, out: [rows, n_heads, hd] (checked); the
-    // kernel reads K and V only at positions in [first, max position] of its rows, below the
-    // capacity (positions outside it are skipped on the device), and the dynamic shared memory
-    // holds the staged Q, K and Vᵀ tiles sized above.
-    unsafe {
-        l.launch(LaunchConfig {
-            grid_dim: (rows.div_ceil(FLASH_ROWS) as u32, p.n_heads as u32, 1),
-            block_dim: (FLASH_THREADS, 1, 1),
-            shared_mem_bytes: smem as u32,
-        })
-    }?;
-    Ok(())
+    launch_prefill(
+        dev,
+        name,
+        (smem, FLASH_ROWS, FLASH_THREADS),
+        (out, q, kv, positions),
+        p,
+    )
 }
 
 /// The decode path of [`attention`] (shapes already checked, `1 <= rows <= DECODE_ROWS`,
