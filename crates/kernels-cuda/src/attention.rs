@@ -490,11 +490,11 @@ fn launch_prefill(
 }
 
 /// The tensor-core variant of [`attention_tiled`] (`SYNAPTIX_ATTENTION=mma`), whatever the
-/// number of rows (head dimension 32, 64, 128 or 256): one block per 64 query rows and head, tiles of cache positions from the smallest
-/// first position to the largest position of the block's rows, visited three times (row max,
-/// sum of exps, probabilities · V) so that the probabilities are the CPU's, normalised and then
-/// rounded to f16. f16 products with f32 sums on tensor cores: close to
-/// [`attention_single_block`], not bit-equal.
+/// number of rows (head dimension 32, 64, 128 or 256): one block per 64 query rows and head,
+/// tiles of cache positions from the smallest first position to the largest position of the
+/// block's rows, visited three times (row max, sum of exps, probabilities · V) so that the
+/// probabilities are the CPU's, normalised and then rounded to f16. f16 products with f32 sums
+/// on tensor cores: close to [`attention_single_block`], not bit-equal.
 pub fn attention_flash(
     dev: &CudaDevice,
     out: &mut DeviceBuffer<f32>,
