@@ -159,10 +159,15 @@ fn park(s: &Shared, seen: usize) {
     s.sleepers.fetch_sub(1, Ordering::SeqCst);
 }
 
-/// The process-wide team, sized like rayon's global pool when first used.
+/// The process-wide team, sized like rayon's global pool when first used, but never larger
+/// than the CPUs this process may run on: spinning threads that outnumber the cores would wait
+/// for each other to be scheduled.
 pub(crate) fn team() -> &'static Team {
     static TEAM: OnceLock<Team> = OnceLock::new();
-    TEAM.get_or_init(|| Team::new(rayon::current_num_threads().max(1)))
+    TEAM.get_or_init(|| {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Team::new(rayon::current_num_threads().min(cpus).max(1))
+    })
 }
 
 #[cfg(test)]
