@@ -547,7 +547,7 @@ fn attention_bit_mismatches(got: &[f32], want: &[f32]) -> (usize, Vec<(usize, f3
     (bad.len(), bad.into_iter().take(6).collect())
 }
 
-/// The exact prefill kernel (the one `SYNAPTIX_EXACT_ATTENTION` selects) against the CPU
+/// The single-block prefill kernel (the exact reference of the others) against the CPU
 /// reference.
 #[test]
 fn attention_with_gqa_and_window() {
