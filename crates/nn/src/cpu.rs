@@ -8,7 +8,7 @@ use crate::backend::Backend;
 use crate::linear::executable;
 use crate::mlp::gelu_tanh_f16_table;
 use crate::norm::rms_norm_row;
-use crate::{ggml_math, Activation, AttentionSpec, NnError, Result, Rope, Weight};
+use crate::{Activation, AttentionSpec, NnError, Result, Rope, Weight};
 
 /// Row-major `f32` activations.
 #[derive(Debug, Clone)]
@@ -251,7 +251,7 @@ impl Backend for CpuBackend {
         let mut out = gate.clone();
         // Row by row, elementwise: the same values on any number of threads.
         let apply = |(g, u): (&mut [f32], &[f32])| match act {
-            Activation::Silu => ggml_math::swiglu_inplace(g, u),
+            Activation::Silu => crate::attention_kernels::swiglu(g, u),
             Activation::GeluTanh => {
                 for (g, u) in g.iter_mut().zip(u) {
                     *g = gelu_tanh_f16_table(*g) * u;
