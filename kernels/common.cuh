@@ -28,6 +28,12 @@ typedef long long i64;
 // latency and the dependent's pre-wait prologue (nothing). Placed after the wait, at most one
 // dependent grid sits waiting at a time. Below sm_90 both compile to nothing (the instructions
 // do not exist there, and without PDL the stream serialises the kernels anyway).
+//
+// The one exception: a kernel whose body begins with PDL_WAITS_INSIDE() (which expands to
+// nothing) calls a device function that first starts loading its weight matrix (read-only: no
+// kernel writes weights) and only then runs PDL_WAIT() and PDL_TRIGGER(), before any other
+// global access. Its weights' DRAM latency then overlaps the previous kernel's tail.
+#define PDL_WAITS_INSIDE()
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
 #define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")
 #define PDL_TRIGGER() asm volatile("griddepcontrol.launch_dependents;" ::: "memory")

@@ -342,6 +342,7 @@ struct mv_q3_k {
     static constexpr int BLOCK = QK_K, BYTES = 110, KIND = MV_LANES;
     static constexpr int SUBS = 1;
     static constexpr bool MIN = false;
+    static constexpr bool WHOLE = false;
     u32 lo[8], hi[8];  // lane-major words, elements 32i + t, + 8 (lo) and + 16, + 24 (hi)
     int sc[16];
     float d;
@@ -382,6 +383,8 @@ struct mv_q4_k {
     static constexpr int BLOCK = QK_K, BYTES = 144, KIND = MV_LANES;
     static constexpr int SUBS = 1;
     static constexpr bool MIN = true;
+    // `matvec_q8_rows` computes a whole super-block per thread (`mvr_terms_q45_k`).
+    static constexpr bool WHOLE = true;
     u32 w[8];
     int sc[8];
     u32 mins0, mins1;  // the 8 mins as bytes
@@ -447,6 +450,7 @@ struct mv_q6_k {
     static constexpr int BLOCK = QK_K, BYTES = 210, KIND = MV_LANES;
     static constexpr int SUBS = 1;
     static constexpr bool MIN = false;
+    static constexpr bool WHOLE = false;
     u32 lo[8], hi[8];
     int sc[16];
     float d;
@@ -697,6 +701,8 @@ __device__ void matvec_q8(float* __restrict__ y, const u8* __restrict__ w,
     };
 #pragma unroll
     for (int s = 0; s < S::NBUF - 1; ++s) fetch(s);
+    PDL_WAIT();  // the first chunks of weights are on their way
+    PDL_TRIGGER();
     mv_acts_step next_acts;
     if constexpr (S::LANES) {
         next_acts.load<F>(acts, meta_off, bsums_off, k, m0, nc, 0, span, n_units);
@@ -866,9 +872,11 @@ __device__ void matvec_q8_short(float* __restrict__ y, const u8* __restrict__ w,
     float t[MV_COLS];
 #pragma unroll
     for (int j = 0; j < MV_COLS; ++j) t[j] = 0.0f;
+    F f;
+    if (lane < nb) f.load(w + ((i64)row * nb + lane) * F::BYTES, 0);  // weights before the wait
+    PDL_WAIT();
+    PDL_TRIGGER();
     if (lane < nb) {
-        F f;
-        f.load(w + ((i64)row * nb + lane) * F::BYTES, 0);
 #pragma unroll
         for (int j = 0; j < MV_COLS; ++j) {
             if (j >= nc) break;
@@ -894,8 +902,7 @@ __device__ void matvec_q8_short(float* __restrict__ y, const u8* __restrict__ w,
     extern "C" __global__ void matvec_q8_short_##name(float* y, const u8* w, const u8* acts,     \
                                                       long long meta_off, int n_out, int k, int m, \
                                                       const float* bias, const float* residual) { \
-        PDL_WAIT();                                                                              \
-        PDL_TRIGGER();                                                                           \
+        PDL_WAITS_INSIDE();                                                                      \
         matvec_q8_short<fmt>(y, w, acts, meta_off, n_out, k, m, bias, residual);                 \
     }
 MATVEC_Q8_SHORT(q4_0, mv_q4_0)
@@ -904,13 +911,87 @@ MATVEC_Q8_SHORT(q5_0, mv_q5_0)
 MATVEC_Q8_SHORT(q5_1, mv_q5_1)
 MATVEC_Q8_SHORT(q8_0, mv_q8_0)
 
+// Legacy formats, one activation row, rows longer than the short kernel's. Each weight row is
+// shared by G lanes of a warp (32 / G rows per warp; G = 8 when there are many rows, 32 when
+// there are few): in round q, lane g of the row's group computes block q·G + g's term, and
+// every lane of the group then adds the round's G terms in block order (shuffles): the CPU's
+// chain, kept by all rows of the warp at once. Each lane has the next MVT_AHEAD - 1 rounds'
+// weight blocks on their way (a ring of registers) while it computes, and the first ones are
+// requested before the PDL wait. Compared with the block-step kernel (its chains run by one
+// thread per row through shared memory, two barriers a step), this spends far fewer
+// instructions per weight byte. Grid: ceil(n_out / (MVT_WARPS · 32 / G)).
+#define MVT_WARPS 4  // warps per thread block
+#define MVT_AHEAD 4  // rounds of weight blocks in registers per lane
+
+template <typename F, int G>
+__device__ void matvec_q8_tile(float* __restrict__ y, const u8* __restrict__ w,
+                               const u8* __restrict__ acts, long long meta_off, int n_out, int k,
+                               const float* __restrict__ bias, const float* __restrict__ residual) {
+    constexpr int R = WARP / G;  // rows per warp
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const int g = lane % G, group = lane - g;
+    const int row = (blockIdx.x * MVT_WARPS + warp) * R + lane / G;
+    const bool live = row < n_out;  // the same for the lanes of a group
+    const int nb = k / 32;
+    const int n_rounds = (nb + G - 1) / G;  // the same for every lane
+    const u8* wr = w + (i64)(live ? row : 0) * nb * F::BYTES;
+    F ring[MVT_AHEAD];
+#pragma unroll
+    for (int i = 0; i < MVT_AHEAD; ++i) {
+        const int b = i * G + g;
+        if (live && b < nb) ring[i].load(wr + (i64)b * F::BYTES, 0);
+    }
+    PDL_WAIT();  // weights are on their way
+    PDL_TRIGGER();
+    const i8* qs = (const i8*)acts;
+    const u8* meta = acts + meta_off;
+    float acc = 0.0f;
+    for (int q0 = 0; q0 < n_rounds; q0 += MVT_AHEAD) {
+#pragma unroll
+        for (int i = 0; i < MVT_AHEAD; ++i) {
+            const int q = q0 + i;
+            if (q >= n_rounds) break;  // warp-uniform
+            const int b = q * G + g;
+            float t = 0.0f;
+            if (live && b < nb) {
+                u32 a[8];
+                mv_load_acts(qs + 32 * (i64)b, a);
+                t = ring[i].term(a, *(const uint2*)(meta + (i64)b * 8));
+            }
+            const int bn = b + MVT_AHEAD * G;  // this slot's next block
+            if (live && bn < nb) ring[i].load(wr + (i64)bn * F::BYTES, 0);
+            const int cnt = min(G, nb - q * G);
+            for (int j = 0; j < cnt; ++j) acc = __fadd_rn(acc, __shfl_sync(MV_FULL, t, group + j));
+        }
+    }
+    if (live && g == 0) y[row] = mv_epilogue(acc, bias, residual, row, row);
+}
+
+#define MATVEC_Q8_TILE(name, fmt)                                                                \
+    extern "C" __global__ void __launch_bounds__(MVT_WARPS * WARP)                               \
+        matvec_q8_tile_##name(float* y, const u8* w, const u8* acts, long long meta_off,         \
+                              int n_out, int k, const float* bias, const float* residual) {      \
+        PDL_WAITS_INSIDE();                                                                      \
+        matvec_q8_tile<fmt, 8>(y, w, acts, meta_off, n_out, k, bias, residual);                  \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(MVT_WARPS * WARP)                               \
+        matvec_q8_row_##name(float* y, const u8* w, const u8* acts, long long meta_off,          \
+                             int n_out, int k, const float* bias, const float* residual) {       \
+        PDL_WAITS_INSIDE();                                                                      \
+        matvec_q8_tile<fmt, 32>(y, w, acts, meta_off, n_out, k, bias, residual);                 \
+    }
+MATVEC_Q8_TILE(q4_0, mv_q4_0)
+MATVEC_Q8_TILE(q4_1, mv_q4_1)
+MATVEC_Q8_TILE(q5_0, mv_q5_0)
+MATVEC_Q8_TILE(q5_1, mv_q5_1)
+MATVEC_Q8_TILE(q8_0, mv_q8_0)
+
 #define MATVEC_Q8(name, fmt)                                                                     \
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV_MIN_BLOCKS)                 \
         matvec_q8_##name(float* y, const u8* w, const u8* acts, long long meta_off,              \
                          long long bsums_off, int n_out, int k, int m, int wpr, const float* bias, \
                          const float* residual) {                                                \
-        PDL_WAIT();                                                                              \
-        PDL_TRIGGER();                                                                           \
+        PDL_WAITS_INSIDE();                                                                      \
         matvec_q8<fmt>(y, w, acts, meta_off, bsums_off, n_out, k, m, wpr, bias, residual);       \
     }
 MATVEC_Q8(q4_0, mv_q4_0)
@@ -931,16 +1012,20 @@ MATVEC_Q8(q6_k, mv_q6_k)
 // super-block sbx at sbx * MV_ACT_R), then each warp walks its own contiguous range of weight
 // rows, i.e. of super-blocks (rows are stored back to back), in rounds of 32 super-blocks that
 // may span several rows:
-// - the round's weights arrive in the warp's staging buffer by 4-byte asynchronous copies
-//   (coalesced; the next round flies while this one computes), super-block i in slot i of
-//   MVR_SW words (odd: thread i reading slot i is free of bank conflicts), from the word holding
-//   its first byte (Q3_K / Q6_K super-blocks may start 2 bytes into a word);
-// - thread i computes super-block i's 8 lane terms (and the min term) with the format's `load`,
-//   `lane_sum` and `min_sum`, exactly as `matvec_q8` does, and stores them to shared memory;
+// - the round's weights arrive in the warp's staging buffer by asynchronous copies (coalesced;
+//   the next round flies while this one computes): Q4_K and Q5_K, whose super-blocks are
+//   multiples of 16 bytes, by 16-byte copies into slots of their size; Q3_K and Q6_K by 4-byte
+//   copies, super-block i in slot i of MVR_SW words (odd: thread i reading slot i is free of
+//   bank conflicts), from the word holding its first byte (they may start 2 bytes into a word);
+// - thread i computes super-block i's 8 lane terms (and the min term) and stores them to shared
+//   memory: Q4_K / Q5_K all at once (`mvr_terms_q45_k`: each quant byte read once, transposed
+//   to lane-major words with byte permutes), Q3_K / Q6_K lane by lane with the format's `load`,
+//   `lane_sum` as `matvec_q8` does; the same integers and float operations either way;
 // - lanes 0..7 own the lane chains and lane 8 the min chain of the current row: for each
-//   super-block in order they read their term and add it (the min chain subtracts), starting
-//   from 0.0f at the row's first super-block; after its last one, lane 0 adds the chains like
-//   `matvec_q8` (min chain or 0, then sums[0..8] left to right) and stores the output.
+//   super-block in order they read their term and add it (the min term is stored negated, so
+//   the chain's subtraction is this addition), starting from 0.0f at the row's first
+//   super-block; after its last one, lane 0 adds the chains like `matvec_q8` (min chain or 0,
+//   then sums[0..8] left to right) and stores the output.
 // Grid: a few blocks per SM (MVR_WARPS warps each); dynamic shared memory mvr_smem_bytes.
 
 #define MVR_WARPS 4  // warps per thread block
@@ -955,8 +1040,13 @@ struct mvr_shape {
     // 110 or 210 bytes start at 0 or 2 mod 4), and the slot stride in words (odd).
     static constexpr int WPS = (F::BYTES + (F::BYTES % 4 ? 2 : 0) + 3) / 4;
     static constexpr int SW = WPS | 1;
+    // Whole-super-block formats (Q4_K, Q5_K: multiples of 16 bytes) are copied 16 bytes at a
+    // time into slots of exactly their size: a round's super-blocks are contiguous in global
+    // memory and in the buffer, and 16-byte reads of 8 threads at that stride hit distinct banks.
+    static constexpr bool COPY16 = F::WHOLE;
+    static_assert(!COPY16 || F::BYTES % 16 == 0, "16-byte copies need 16-byte super-blocks");
     // A staging buffer: 32 slots, then 4 words that `load` may read past the last slot.
-    static constexpr int BUF_WORDS = WARP * SW + 4;
+    static constexpr int BUF_WORDS = COPY16 ? WARP * F::BYTES / 4 : WARP * SW + 4;
     // Per warp: two staging buffers, then 32 × 9 f32 terms (stride 9: conflict-free).
     static constexpr int WARP_BYTES = 2 * BUF_WORDS * 4 + WARP * 9 * 4;
 };
@@ -990,6 +1080,77 @@ __device__ __forceinline__ void mvr_fetch(u32* dst, const u8* w, i64 u, int cnt,
         while (wi >= R::WPS) wi -= R::WPS, ++j;
     }
     mv_cp_commit();
+}
+
+// `mvr_fetch` for the whole-super-block formats: the round's `cnt` super-blocks from u on are
+// contiguous (rows are stored back to back) and 16-byte aligned, so lane f copies 16-byte pieces
+// f, f + 32, ...: coalesced, and a quarter of the copy instructions of 4-byte copies.
+template <typename F>
+__device__ __forceinline__ void mvr_fetch16(u32* dst, const u8* w, i64 u, int cnt, int lane) {
+    const u8* src = w + u * F::BYTES;
+    const int n = cnt * (F::BYTES / 16);
+    for (int f = lane; f < n; f += WARP) mv_cp_async16(dst + 4 * f, src + 16 * f, 16);
+    mv_cp_commit();
+}
+
+// The nine terms of one Q4_K (Q5 = false) or Q5_K super-block, staged at `b` (16-byte aligned),
+// against its transposed activations `at` (MV_ACT_R layout): out[l] = (d·d_a)·lane_l for the
+// eight e % 8 lanes, out[8] = -(dmin·d_a)·Σ min·bsum (negated: the min chain subtracts it, and
+// x - y == x + (-y) exactly). The same integers and float operations as `mv_q4_k` / `mv_q5_k`'s
+// `load`, `lane_sum` and `min_sum` for each lane, computed once per super-block: 32 bytes of
+// quants are transposed to lane-major words with byte permutes (lane l takes bytes l, l + 8,
+// l + 16, l + 24, whose low nibbles are sub-block 2c and high nibbles sub-block 2c + 1).
+template <bool Q5>
+__device__ __forceinline__ void mvr_terms_q45_k(const u8* b, const u8* at, float (&out)[9]) {
+    const uint4 head = *(const uint4*)b;  // d | dmin, scales[12]
+    const float d = mv_half_lo(head.x), dmin = mv_half_hi(head.x);
+    const u32 s0 = head.y, s1 = head.z, s2 = head.w;
+    const u32 sc_lo = s0 & 0x3f3f3f3fu;
+    const u32 sc_hi = (s2 & 0x0f0f0f0fu) | (((s0 >> 6) & 0x03030303u) << 4);
+    const u32 mins0 = s1 & 0x3f3f3f3fu;
+    const u32 mins1 = ((s2 >> 4) & 0x0f0f0f0fu) | (((s1 >> 6) & 0x03030303u) << 4);
+    int sc[8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        sc[i] = (int)((sc_lo >> (8 * i)) & 0xffu), sc[4 + i] = (int)((sc_hi >> (8 * i)) & 0xffu);
+    u32 qh[8];  // Q5_K: the fifth bits, lane-major (bit j of byte i: sub-block j)
+    if constexpr (Q5) {
+        const uint4 u = *(const uint4*)(b + 16), v = *(const uint4*)(b + 32);
+        mv_transpose4(u.x, u.z, v.x, v.z, qh[0], qh[1], qh[2], qh[3]);
+        mv_transpose4(u.y, u.w, v.y, v.w, qh[4], qh[5], qh[6], qh[7]);
+    }
+    constexpr int QS = Q5 ? 48 : 16;
+    int acc[8];
+#pragma unroll
+    for (int l = 0; l < 8; ++l) acc[l] = 0;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+        const uint4 u = *(const uint4*)(b + QS + 32 * c), v = *(const uint4*)(b + QS + 32 * c + 16);
+        u32 p[8];
+        mv_transpose4(u.x, u.z, v.x, v.z, p[0], p[1], p[2], p[3]);
+        mv_transpose4(u.y, u.w, v.y, v.w, p[4], p[5], p[6], p[7]);
+#pragma unroll
+        for (int l = 0; l < 8; ++l) {
+            // Lane l's activation words 2c and 2c + 1 (sub-blocks 2c, 2c + 1).
+            const uint2 a = *(const uint2*)(at + 32 * l + 8 * c);
+            u32 lo = p[l] & 0x0f0f0f0fu, hi = (p[l] >> 4) & 0x0f0f0f0fu;
+            if constexpr (Q5) {
+                lo |= ((qh[l] >> (2 * c)) & 0x01010101u) << 4;
+                hi |= ((qh[l] >> (2 * c + 1)) & 0x01010101u) << 4;
+            }
+            acc[l] += sc[2 * c] * mv_dp4a(lo, a.x, 0) + sc[2 * c + 1] * mv_dp4a(hi, a.y, 0);
+        }
+    }
+    const float da = *(const float*)(at + 272);
+    const float dd = __fmul_rn(d, da);
+#pragma unroll
+    for (int l = 0; l < 8; ++l) out[l] = __fmul_rn(dd, (float)acc[l]);
+    const uint4 pp = *(const uint4*)(at + 256);  // pair sums of bsums
+    int summ = __dp2a_lo((int)pp.x, (int)mins0, 0);
+    summ = __dp2a_hi((int)pp.y, (int)mins0, summ);
+    summ = __dp2a_lo((int)pp.z, (int)mins1, summ);
+    summ = __dp2a_hi((int)pp.w, (int)mins1, summ);
+    out[8] = -__fmul_rn(__fmul_rn(dmin, da), (float)summ);
 }
 
 // Writes task `id` (super-block id / 9, part id % 9) read by `s.read` for one activation row
@@ -1039,10 +1200,15 @@ __device__ void matvec_q8_rows(float* __restrict__ y, const u8* __restrict__ w,
     const int n_rounds = (n_u + WARP - 1) / WARP;
     auto fetch = [&](int q) {
         const int cnt = max(0, min(WARP, n_u - q * WARP));
-        mvr_fetch<F>(stage + (q & 1) * R::BUF_WORDS, w, u0 + q * WARP, cnt, lane);
+        if constexpr (R::COPY16)
+            mvr_fetch16<F>(stage + (q & 1) * R::BUF_WORDS, w, u0 + q * WARP, cnt, lane);
+        else
+            mvr_fetch<F>(stage + (q & 1) * R::BUF_WORDS, w, u0 + q * WARP, cnt, lane);
     };
     fetch(0);
     fetch(1);
+    PDL_WAIT();  // two rounds of weights are on their way
+    PDL_TRIGGER();
 
     // The activation row, lane-major; loads of up to 4 tasks in flight per thread.
     {
@@ -1071,34 +1237,51 @@ __device__ void matvec_q8_rows(float* __restrict__ y, const u8* __restrict__ w,
         if (lane < cnt) {
             const int i = q * WARP + lane;  // super-block of the warp's range
             const int sbx = i % n_sb;        // of its row
-            const i64 g = (u0 + i) * F::BYTES;
-            const u8* b = (const u8*)(stage + (q & 1) * R::BUF_WORDS + lane * R::SW) +
-                          (F::BYTES % 4 ? (int)(g & 3) : 0);
             const u8* at = acts_t + sbx * MV_ACT_R;
-            const float da = *(const float*)(at + 272);
-            F f;
+            if constexpr (R::COPY16) {
+                const u8* b = (const u8*)(stage + (q & 1) * R::BUF_WORDS) + lane * F::BYTES;
+                float t9[9];
+                mvr_terms_q45_k<F::BYTES == 176>(b, at, t9);
 #pragma unroll
-            for (int t = 0; t < 8; ++t) {
-                f.load(b, t);
-                const uint4 x = *(const uint4*)(at + 32 * t), z = *(const uint4*)(at + 32 * t + 16);
-                const u32 a[8] = {x.x, x.y, x.z, x.w, z.x, z.y, z.z, z.w};
-                tt[lane * T9 + t] = __fmul_rn(__fmul_rn(f.d, da), (float)f.lane_sum(a));
-            }
-            if constexpr (F::MIN) {
-                const int summ = f.min_sum(*(const uint4*)(at + 256));
-                tt[lane * T9 + 8] = __fmul_rn(__fmul_rn(f.dmin, da), (float)summ);
+                for (int l = 0; l < 9; ++l) tt[lane * T9 + l] = t9[l];
+            } else {
+                const i64 g = (u0 + i) * F::BYTES;
+                const u8* b = (const u8*)(stage + (q & 1) * R::BUF_WORDS + lane * R::SW) +
+                              (F::BYTES % 4 ? (int)(g & 3) : 0);
+                const float da = *(const float*)(at + 272);
+                F f;
+#pragma unroll
+                for (int t = 0; t < 8; ++t) {
+                    f.load(b, t);
+                    const uint4 x = *(const uint4*)(at + 32 * t), z = *(const uint4*)(at + 32 * t + 16);
+                    const u32 a[8] = {x.x, x.y, x.z, x.w, z.x, z.y, z.z, z.w};
+                    tt[lane * T9 + t] = __fmul_rn(__fmul_rn(f.d, da), (float)f.lane_sum(a));
+                }
+                if constexpr (F::MIN) {
+                    // Negated: the min chain subtracts (x - y == x + (-y) exactly).
+                    const int summ = f.min_sum(*(const uint4*)(at + 256));
+                    tt[lane * T9 + 8] = -__fmul_rn(__fmul_rn(f.dmin, da), (float)summ);
+                }
             }
         }
         __syncwarp();  // terms visible; this round's buffer free
         fetch(q + 2);
-        // The chains, in super-block order.
-        int pos = (q * WARP) % n_sb;  // position of super-block s in its row
-        for (int s = 0; s < cnt; ++s) {
+        // The chains, in super-block order, a row's segment of the round at a time (ggml:
+        // sums[l] += (d·d_a) · lane_l; sum -= (dmin·d_a) Σ min·bsum).
+        int s = 0, pos = (q * WARP) % n_sb;  // pos: position of super-block s in its row
+        while (s < cnt) {                    // warp-uniform
+            const int seg = min(cnt - s, n_sb - pos);
             if (pos == 0) v = 0.0f;
-            const float x = tt[s * T9 + own];
-            // ggml: sums[l] += (d·d_a) · lane_l; sum -= (dmin·d_a) Σ min·bsum
-            v = (F::MIN && lane == 8) ? __fsub_rn(v, x) : __fadd_rn(v, x);
-            if (++pos == n_sb) {  // the row's last super-block (warp-uniform)
+            const float* t = tt + s * T9 + own;
+            int j = 0;
+            for (; j + 4 <= seg; j += 4, t += 4 * T9) {
+                const float x0 = t[0], x1 = t[T9], x2 = t[2 * T9], x3 = t[3 * T9];
+                v = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(v, x0), x1), x2), x3);
+            }
+            for (; j < seg; ++j, t += T9) v = __fadd_rn(v, *t);
+            s += seg;
+            pos += seg;
+            if (pos == n_sb) {  // the row's last super-block
                 pos = 0;
                 float sums[9];
 #pragma unroll
@@ -1108,7 +1291,7 @@ __device__ void matvec_q8_rows(float* __restrict__ y, const u8* __restrict__ w,
                     float o = F::MIN ? sums[8] : 0.0f;
 #pragma unroll
                     for (int l = 0; l < 8; ++l) o = __fadd_rn(o, sums[l]);
-                    const int row = r0 + (q * WARP + s) / n_sb;
+                    const int row = r0 + (q * WARP + s - 1) / n_sb;
                     y[row] = mv_epilogue(o, bias, residual, row, row);
                 }
             }
@@ -1122,8 +1305,7 @@ __device__ void matvec_q8_rows(float* __restrict__ y, const u8* __restrict__ w,
         matvec_q8_rows_##name(float* y, const u8* w, const u8* acts, long long meta_off,         \
                               long long bsums_off, int n_out, int k, const float* bias,          \
                               const float* residual) {                                           \
-        PDL_WAIT();                                                                              \
-        PDL_TRIGGER();                                                                           \
+        PDL_WAITS_INSIDE();                                                                      \
         matvec_q8_rows<fmt>(y, w, acts, meta_off, bsums_off, n_out, k, bias, residual);          \
     }
 MATVEC_Q8_ROWS(q3_k, mv_q3_k)
@@ -1192,9 +1374,16 @@ __device__ void matvec_float(float* __restrict__ y, const u8* __restrict__ w,
 #pragma unroll
     for (int j = 0; j < MV_COLS; ++j) acc[j] = 0.0;
     // 16-byte loads of weights and activations need rows aligned to 16 bytes.
-    if (k % EPW == 0 && k % 4 == 0) {
+    const bool wide = k % EPW == 0 && k % 4 == 0;
+    // The first 16 bytes of weights are loaded before the wait, then always one step ahead.
+    uint4 next = make_uint4(0, 0, 0, 0);
+    if (wide && lane * EPW < k) next = mv_ld_nc16(wr + (i64)lane * EPW * EB);
+    PDL_WAIT();
+    PDL_TRIGGER();
+    if (wide) {
         for (int e0 = lane * EPW; e0 < k; e0 += WARP * EPW) {
-            const uint4 wv = mv_ld_nc16(wr + (i64)e0 * EB);
+            const uint4 wv = next;
+            if (e0 + WARP * EPW < k) next = mv_ld_nc16(wr + (i64)(e0 + WARP * EPW) * EB);
             float wf[EPW];
 #pragma unroll
             for (int e = 0; e < EPW; ++e) wf[e] = mv_weight_in<T>(wv, e);
@@ -1237,8 +1426,7 @@ __device__ void matvec_float(float* __restrict__ y, const u8* __restrict__ w,
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV_MIN_BLOCKS)                 \
         matvec_float_##name(float* y, const u8* w, const float* x, int n_out, int k, int m,      \
                             const float* bias, const float* residual) {                          \
-        PDL_WAIT();                                                                              \
-        PDL_TRIGGER();                                                                           \
+        PDL_WAITS_INSIDE();                                                                      \
         matvec_float<t>(y, w, x, n_out, k, m, bias, residual);                                   \
     }
 MATVEC_FLOAT(f32, 0)

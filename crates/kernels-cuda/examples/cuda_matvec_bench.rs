@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p synaptix-kernels-cuda --example cuda_matvec_bench
-//! cargo run --release -p synaptix-kernels-cuda --example cuda_matvec_bench -- --formats q4_0,q8_0 --iters 500 --m 1
+//! cargo run --release -p synaptix-kernels-cuda --example cuda_matvec_bench -- --formats q4_0,q8_0 --iters 500 --m 1 --shapes 4096x4096
 //! ```
 //!
 //! Shapes (out × in): the Qwen2.5 0.5B projections 4864×896 (gate/up), 896×4864 (down) and
@@ -153,6 +153,7 @@ struct Args {
     iters: usize,
     m: usize,
     formats: Vec<DType>,
+    shapes: Vec<(usize, usize)>,
 }
 
 fn args() -> Args {
@@ -160,6 +161,7 @@ fn args() -> Args {
         iters: 200,
         m: 1,
         formats: FORMATS.to_vec(),
+        shapes: SHAPES.to_vec(),
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -179,7 +181,21 @@ fn args() -> Args {
                     })
                     .collect()
             }
-            other => panic!("unknown argument {other} (--iters N, --m N, --formats q4_0,q8_0)"),
+            "--shapes" => {
+                a.shapes = value
+                    .split(',')
+                    .map(|s| {
+                        let (r, c) = s.trim().split_once('x').expect("--shapes ROWSxCOLS,...");
+                        (
+                            r.parse().expect("--shapes ROWSxCOLS"),
+                            c.parse().expect("--shapes ROWSxCOLS"),
+                        )
+                    })
+                    .collect()
+            }
+            other => panic!(
+                "unknown argument {other} (--iters N, --m N, --formats q4_0,q8_0, --shapes 4096x4096)"
+            ),
         }
         i += 2;
     }
@@ -217,7 +233,7 @@ fn main() -> Result<()> {
         "GB/s"
     );
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
-    for (rows, cols) in SHAPES {
+    for &(rows, cols) in &a.shapes {
         for &dtype in &a.formats {
             if !cols.is_multiple_of(dtype.block_len()) {
                 continue;

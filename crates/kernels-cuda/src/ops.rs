@@ -770,19 +770,93 @@ fn matvec_short(
     Ok(())
 }
 
+/// Warps per block of `matvec_q8_tile_*` and `matvec_q8_row_*` (MVT_WARPS in kernels/matvec.cu).
+const MVT_WARPS: usize = 4;
+
+/// One activation row against legacy-format weights (32-element blocks), G lanes per weight row:
+/// `matvec_q8_tile_*` (G = 8) when the rows give every SM at least four blocks of 16 rows,
+/// `matvec_q8_row_*` (G = 32: one row per warp) otherwise, so that few long rows still spread
+/// over the GPU. Shapes and epilogue checked by the caller.
+fn matvec_tile(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    acts: &DeviceActs,
+    epi: Epilogue,
+) -> Result<()> {
+    let lanes_per_row = if w.rows >= 4 * sm_count(dev) * (MVT_WARPS * 32 / 8) {
+        8
+    } else {
+        32
+    };
+    let kernel = if lanes_per_row == 8 { "tile" } else { "row" };
+    let f = dev.function(
+        "matvec",
+        &format!("matvec_q8_{kernel}_{}", suffix("matvec", w.dtype)?),
+    )?;
+    let (r32, c32) = (
+        i32_arg("matvec", "rows", w.rows)?,
+        i32_arg("matvec", "cols", w.cols)?,
+    );
+    let meta = acts.meta_offset as i64;
+    let rows_per_block = MVT_WARPS * 32 / lanes_per_row;
+    let mut l = Launch::new(dev, &f);
+    l.arg(y)
+        .arg(&w.data)
+        .arg(&acts.buf)
+        .arg(meta)
+        .arg(r32)
+        .arg(c32);
+    epilogue_args(&mut l, &epi);
+    // SAFETY: m == 1 and the shapes were checked (the epilogue's too); G lanes per weight row
+    // (rows past `rows` load and write nothing), lane g reading blocks g, g + G, ... < cols / 32
+    // of its row (word reads may pass the last block by less than WEIGHT_PAD) and the same
+    // blocks of the one activation row; writes y[row] for row < rows.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (w.rows.div_ceil(rows_per_block) as u32, 1, 1),
+            block_dim: ((MVT_WARPS * 32) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(())
+}
+
+/// Whether one activation row against legacy-format `w` goes to [`matvec_tile`] rather than
+/// the block-step kernel: from 1024 rows on (H200, Q8_0: 3584×18944 2472 GB/s against 2222,
+/// 18944×3584 2647 against 2348, 1536×8960 1562 against 1332; but 896×4864 1022 against 1131).
+/// `SYNAPTIX_NO_TILE_KERNEL` set: never, for comparisons.
+fn use_tile_kernel(w: &DeviceMatrix) -> bool {
+    static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    !*DISABLED.get_or_init(|| std::env::var_os("SYNAPTIX_NO_TILE_KERNEL").is_some())
+        && w.dtype.block_len() == 32
+        && w.rows >= 1024
+}
+
 /// Warps per thread block of `matvec_q8_rows_*` (MVR_WARPS in kernels/matvec.cu).
 const MVR_WARPS: usize = 4;
 /// Shared memory a block may use without opting in.
 const MVR_DEFAULT_SHARED: usize = 48 * 1024;
 
+/// Whether `matvec_q8_rows_*` computes whole super-blocks per thread from 16-byte copies into
+/// slots of their size (`mvr_shape::COPY16` in kernels/matvec.cu: Q4_K and Q5_K).
+fn mv_rows_whole(dtype: DType) -> bool {
+    matches!(dtype, DType::Q4K | DType::Q5K)
+}
+
 /// Dynamic shared memory of `matvec_q8_rows_*` for `cols` (kernels/matvec.cu:
 /// `mvr_smem_bytes`): the transposed activation row (304 bytes per super-block), then per warp
-/// two staging buffers of 32 slots (odd word counts, 4 spare words) and 32 × 9 f32 terms.
+/// two staging buffers of 32 slots (Q4_K / Q5_K: slots of the super-block's size; otherwise odd
+/// word counts and 4 spare words) and 32 × 9 f32 terms.
 fn mv_rows_shared(dtype: DType, cols: usize) -> usize {
     let bytes = dtype.block_bytes();
-    let words = (bytes + if bytes.is_multiple_of(4) { 0 } else { 2 }).div_ceil(4);
-    let slot = words | 1;
-    let warp = 2 * (32 * slot + 4) * 4 + 32 * 9 * 4;
+    let buf_words = if mv_rows_whole(dtype) {
+        32 * bytes / 4
+    } else {
+        let words = (bytes + if bytes.is_multiple_of(4) { 0 } else { 2 }).div_ceil(4);
+        32 * (words | 1) + 4
+    };
+    let warp = 2 * buf_words * 4 + 32 * 9 * 4;
     cols / 256 * 304 + MVR_WARPS * warp
 }
 
@@ -810,8 +884,11 @@ fn matvec_rows(
         return Ok(false);
     }
     // A few blocks per SM (each transposes the activation row once, then its warps split the
-    // rows), and no block without rows.
-    let blocks = (per_sm.min(4) * sm_count(dev)).min(w.rows.div_ceil(MVR_WARPS));
+    // rows), no block without rows, and as many rows for every warp as the grid allows (no
+    // warp waits on a neighbour with one row more, a third more work with long rows).
+    let max_warps = per_sm.min(4) * sm_count(dev) * MVR_WARPS;
+    let rows_per_warp = w.rows.div_ceil(max_warps);
+    let blocks = w.rows.div_ceil(rows_per_warp).div_ceil(MVR_WARPS);
     let (r32, c32) = (
         i32_arg("matvec", "rows", w.rows)?,
         i32_arg("matvec", "cols", w.cols)?,
@@ -842,16 +919,19 @@ fn matvec_rows(
     Ok(true)
 }
 
-/// Whether one activation row against `w` goes to `matvec_q8_rows_*`: measured on an H200 it
-/// beats the block-step kernel for Q4_K (and its relatives Q3_K, Q5_K) on rows up to 8192
-/// (4096×4096: 819 vs 651 GB/s, 18944×3584: 1117 vs 830) but not on longer rows (3584×18944:
-/// 754 vs 865) nor for Q6_K. `SYNAPTIX_NO_ROWS_KERNEL` set: never.
+/// Whether one activation row against `w` goes to `matvec_q8_rows_*`: measured on an H200,
+/// its lane-by-lane form beat the block-step kernel for Q3_K on rows up to 8192 (and so did
+/// Q4_K: 4096×4096 819 vs 651 GB/s, 18944×3584 1117 vs 830) but not on longer rows nor for
+/// Q6_K. Q4_K and Q5_K compute whole super-blocks per thread, which takes them on any row whose
+/// activations fit in shared memory (18944×3584 Q4_K: 2170 GB/s; 3584×18944: 2014, against
+/// 860 and 892 for the block-step kernel). A whole-super-block Q6_K (4-byte copies of 210-byte
+/// super-blocks, read back with funnel shifts) ran no faster than the block-step kernel (1093
+/// and 778 against 1181 and 1210 GB/s), so Q6_K stays there. `SYNAPTIX_NO_ROWS_KERNEL` set: never.
 fn use_rows_kernel(w: &DeviceMatrix) -> bool {
     static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     !*DISABLED.get_or_init(|| std::env::var_os("SYNAPTIX_NO_ROWS_KERNEL").is_some())
-        && matches!(w.dtype, DType::Q3K | DType::Q4K | DType::Q5K)
         && w.cols > 0
-        && w.cols <= 8192
+        && (mv_rows_whole(w.dtype) || (w.dtype == DType::Q3K && w.cols <= 8192))
 }
 
 /// Whether `m` activation rows against `[_, k]` weights of `dtype` go to the tensor-core GEMM
@@ -943,6 +1023,9 @@ pub fn matvec_quantized_with(
     }
     if m == 1 && use_rows_kernel(w) && matvec_rows(dev, y, w, acts, epi)? {
         return Ok(());
+    }
+    if m == 1 && use_tile_kernel(w) {
+        return matvec_tile(dev, y, w, acts, epi);
     }
     let f = dev.function(
         "matvec",
