@@ -650,6 +650,29 @@ __device__ __forceinline__ float mv_epilogue(float v, const float* bias, const f
     return v;
 }
 
+// Up to three matrices of one format and row length against the same activation row in one
+// launch (Q, K and V; gate and up): global rows [0, r1) are matrix 0 (the kernel's w, y and
+// bias), [r1, r2) matrix 1 and [r2, n_out) matrix 2, each with its own weights, outputs and
+// bias. One matrix: r1 = r2 = n_out (then any number of activation rows and a residual are
+// allowed; several matrices take one activation row and no residual, which the host checks).
+struct mv_segs {
+    const u8 *w0, *w1, *w2;
+    float *y0, *y1, *y2;
+    const float *b0, *b1, *b2;
+    int r1, r2, n_out;
+    __device__ int seg(int row) const { return (row >= r1) + (row >= r2); }
+    __device__ int first(int s) const { return s == 0 ? 0 : (s == 1 ? r1 : r2); }
+    __device__ int rows(int s) const { return s == 0 ? r1 : (s == 1 ? r2 - r1 : n_out - r2); }
+    __device__ const u8* w(int s) const { return s == 0 ? w0 : (s == 1 ? w1 : w2); }
+    __device__ float* y(int s) const { return s == 0 ? y0 : (s == 1 ? y1 : y2); }
+    __device__ const float* bias(int s) const { return s == 0 ? b0 : (s == 1 ? b1 : b2); }
+};
+// The kernel parameters of matrices 1 and 2, after the epilogue's, and the mv_segs they make.
+#define MV_SEG_PARAMS                                                                            \
+    const u8 *w1, const u8 *w2, float *y1, float *y2, const float *b1, const float *b2, int r1,  \
+        int r2
+#define MV_SEGS(y, w, bias, n_out) mv_segs{w, w1, w2, y, y1, y2, bias, b1, b2, r1, r2, n_out}
+
 // y[m0 + j][row] for the rows of this block and the activation rows m0 .. m0 + MV_COLS.
 template <typename F>
 __device__ void matvec_q8(float* __restrict__ y, const u8* __restrict__ w,
@@ -857,14 +880,13 @@ __device__ void matvec_q8(float* __restrict__ y, const u8* __restrict__ w,
 // trip and no barrier. Weight buffers are padded (ops::WEIGHT_PAD), so `load`'s aligned word
 // reads may pass the last block. Grid: (ceil(n_out / MV_WARPS), ceil(m / MV_COLS)).
 template <typename F>
-__device__ void matvec_q8_short(float* __restrict__ y, const u8* __restrict__ w,
-                                const u8* __restrict__ acts, long long meta_off, int n_out, int k,
-                                int m, const float* __restrict__ bias,
-                                const float* __restrict__ residual) {
+__device__ void matvec_q8_short(const mv_segs sg, const u8* __restrict__ acts, long long meta_off,
+                                int k, int m, const float* __restrict__ residual) {
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     const int row = blockIdx.x * MV_WARPS + warp;
     const int m0 = blockIdx.y * MV_COLS;
-    if (row >= n_out) return;  // the whole warp
+    if (row >= sg.n_out) return;  // the whole warp
+    const int sgi = sg.seg(row), lr = row - sg.first(sgi), rows = sg.rows(sgi);
     const int nc = min(MV_COLS, m - m0);
     const int nb = k / 32;
     const i8* qs = (const i8*)acts;
@@ -873,7 +895,7 @@ __device__ void matvec_q8_short(float* __restrict__ y, const u8* __restrict__ w,
 #pragma unroll
     for (int j = 0; j < MV_COLS; ++j) t[j] = 0.0f;
     F f;
-    if (lane < nb) f.load(w + ((i64)row * nb + lane) * F::BYTES, 0);  // weights before the wait
+    if (lane < nb) f.load(sg.w(sgi) + ((i64)lr * nb + lane) * F::BYTES, 0);  // before the wait
     PDL_WAIT();
     PDL_TRIGGER();
     if (lane < nb) {
@@ -886,24 +908,26 @@ __device__ void matvec_q8_short(float* __restrict__ y, const u8* __restrict__ w,
             t[j] = f.term(a, *(const uint2*)(meta + (ae / 32) * 8));
         }
     }
+    float* y = sg.y(sgi);
+    const float* bias = sg.bias(sgi);
 #pragma unroll
     for (int j = 0; j < MV_COLS; ++j) {
         if (j >= nc) break;
         float acc = 0.0f;
         for (int b = 0; b < nb; ++b) acc = __fadd_rn(acc, __shfl_sync(MV_FULL, t[j], b));
         if (lane == 0) {
-            const i64 at = (i64)(m0 + j) * n_out + row;
-            y[at] = mv_epilogue(acc, bias, residual, at, row);
+            const i64 at = (i64)(m0 + j) * rows + lr;
+            y[at] = mv_epilogue(acc, bias, residual, at, lr);
         }
     }
 }
 
 #define MATVEC_Q8_SHORT(name, fmt)                                                               \
-    extern "C" __global__ void matvec_q8_short_##name(float* y, const u8* w, const u8* acts,     \
-                                                      long long meta_off, int n_out, int k, int m, \
-                                                      const float* bias, const float* residual) { \
+    extern "C" __global__ void matvec_q8_short_##name(                                          \
+        float* y, const u8* w, const u8* acts, long long meta_off, int n_out, int k, int m,      \
+        const float* bias, const float* residual, MV_SEG_PARAMS) {                               \
         PDL_WAITS_INSIDE();                                                                      \
-        matvec_q8_short<fmt>(y, w, acts, meta_off, n_out, k, m, bias, residual);                 \
+        matvec_q8_short<fmt>(MV_SEGS(y, w, bias, n_out), acts, meta_off, k, m, residual);        \
     }
 MATVEC_Q8_SHORT(q4_0, mv_q4_0)
 MATVEC_Q8_SHORT(q4_1, mv_q4_1)
@@ -924,17 +948,17 @@ MATVEC_Q8_SHORT(q8_0, mv_q8_0)
 #define MVT_AHEAD 4  // rounds of weight blocks in registers per lane
 
 template <typename F, int G>
-__device__ void matvec_q8_tile(float* __restrict__ y, const u8* __restrict__ w,
-                               const u8* __restrict__ acts, long long meta_off, int n_out, int k,
-                               const float* __restrict__ bias, const float* __restrict__ residual) {
+__device__ void matvec_q8_tile(const mv_segs sg, const u8* __restrict__ acts, long long meta_off,
+                               int k, const float* __restrict__ residual) {
     constexpr int R = WARP / G;  // rows per warp
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     const int g = lane % G, group = lane - g;
     const int row = (blockIdx.x * MVT_WARPS + warp) * R + lane / G;
-    const bool live = row < n_out;  // the same for the lanes of a group
+    const bool live = row < sg.n_out;  // the same for the lanes of a group
+    const int sgi = sg.seg(live ? row : 0), lr = (live ? row : 0) - sg.first(sgi);
     const int nb = k / 32;
     const int n_rounds = (nb + G - 1) / G;  // the same for every lane
-    const u8* wr = w + (i64)(live ? row : 0) * nb * F::BYTES;
+    const u8* wr = sg.w(sgi) + (i64)lr * nb * F::BYTES;
     F ring[MVT_AHEAD];
 #pragma unroll
     for (int i = 0; i < MVT_AHEAD; ++i) {
@@ -964,21 +988,23 @@ __device__ void matvec_q8_tile(float* __restrict__ y, const u8* __restrict__ w,
             for (int j = 0; j < cnt; ++j) acc = __fadd_rn(acc, __shfl_sync(MV_FULL, t, group + j));
         }
     }
-    if (live && g == 0) y[row] = mv_epilogue(acc, bias, residual, row, row);
+    if (live && g == 0) sg.y(sgi)[lr] = mv_epilogue(acc, sg.bias(sgi), residual, lr, lr);
 }
 
 #define MATVEC_Q8_TILE(name, fmt)                                                                \
     extern "C" __global__ void __launch_bounds__(MVT_WARPS * WARP)                               \
         matvec_q8_tile_##name(float* y, const u8* w, const u8* acts, long long meta_off,         \
-                              int n_out, int k, const float* bias, const float* residual) {      \
+                              int n_out, int k, const float* bias, const float* residual,        \
+                              MV_SEG_PARAMS) {                                                   \
         PDL_WAITS_INSIDE();                                                                      \
-        matvec_q8_tile<fmt, 8>(y, w, acts, meta_off, n_out, k, bias, residual);                  \
+        matvec_q8_tile<fmt, 8>(MV_SEGS(y, w, bias, n_out), acts, meta_off, k, residual);         \
     }                                                                                            \
     extern "C" __global__ void __launch_bounds__(MVT_WARPS * WARP)                               \
         matvec_q8_row_##name(float* y, const u8* w, const u8* acts, long long meta_off,          \
-                             int n_out, int k, const float* bias, const float* residual) {       \
+                             int n_out, int k, const float* bias, const float* residual,         \
+                             MV_SEG_PARAMS) {                                                    \
         PDL_WAITS_INSIDE();                                                                      \
-        matvec_q8_tile<fmt, 32>(y, w, acts, meta_off, n_out, k, bias, residual);                 \
+        matvec_q8_tile<fmt, 32>(MV_SEGS(y, w, bias, n_out), acts, meta_off, k, residual);        \
     }
 MATVEC_Q8_TILE(q4_0, mv_q4_0)
 MATVEC_Q8_TILE(q4_1, mv_q4_1)
@@ -1082,14 +1108,29 @@ __device__ __forceinline__ void mvr_fetch(u32* dst, const u8* w, i64 u, int cnt,
     mv_cp_commit();
 }
 
-// `mvr_fetch` for the whole-super-block formats: the round's `cnt` super-blocks from u on are
-// contiguous (rows are stored back to back) and 16-byte aligned, so lane f copies 16-byte pieces
-// f, f + 32, ...: coalesced, and a quarter of the copy instructions of 4-byte copies.
+// `mvr_fetch` for the whole-super-block formats: the round's `cnt` super-blocks from u on (u
+// counts over the launch's rows) are 16-byte aligned and, within one matrix, contiguous (rows
+// are stored back to back), so lane f copies 16-byte pieces f, f + 32, ...: coalesced, and a
+// quarter of the copy instructions of 4-byte copies. A round that crosses from one matrix of
+// the launch into the next finds each piece's matrix.
 template <typename F>
-__device__ __forceinline__ void mvr_fetch16(u32* dst, const u8* w, i64 u, int cnt, int lane) {
-    const u8* src = w + u * F::BYTES;
-    const int n = cnt * (F::BYTES / 16);
-    for (int f = lane; f < n; f += WARP) mv_cp_async16(dst + 4 * f, src + 16 * f, 16);
+__device__ __forceinline__ void mvr_fetch16(u32* dst, const mv_segs& sg, int n_sb, i64 u,
+                                            int cnt, int lane) {
+    constexpr int P = F::BYTES / 16;  // pieces per super-block
+    const int n = cnt * P;
+    const int s0 = sg.seg((int)(u / n_sb)), s1 = sg.seg((int)((u + max(cnt, 1) - 1) / n_sb));
+    if (s0 == s1) {
+        const u8* src = sg.w(s0) + (u - (i64)sg.first(s0) * n_sb) * F::BYTES;
+        for (int f = lane; f < n; f += WARP) mv_cp_async16(dst + 4 * f, src + 16 * f, 16);
+    } else {
+        for (int f = lane; f < n; f += WARP) {
+            const int j = f / P;
+            const i64 ug = u + j;
+            const int s = sg.seg((int)(ug / n_sb));
+            const u8* src = sg.w(s) + (ug - (i64)sg.first(s) * n_sb) * F::BYTES + 16 * (f - j * P);
+            mv_cp_async16(dst + 4 * f, src, 16);
+        }
+    }
     mv_cp_commit();
 }
 
@@ -1176,10 +1217,8 @@ __device__ __forceinline__ void mvr_write_acts(const mv_acts_step& s, int id, u8
 }
 
 template <typename F>
-__device__ void matvec_q8_rows(float* __restrict__ y, const u8* __restrict__ w,
-                               const u8* __restrict__ acts, long long meta_off,
-                               long long bsums_off, int n_out, int k,
-                               const float* __restrict__ bias, const float* __restrict__ residual) {
+__device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, long long meta_off,
+                               long long bsums_off, int k, const float* __restrict__ residual) {
     static_assert(F::KIND == MV_LANES, "lane-major k-quants only");
     using R = mvr_shape<F>;
     constexpr int T9 = 9;  // terms per super-block in `tt`: 8 lanes, the min term
@@ -1192,6 +1231,7 @@ __device__ void matvec_q8_rows(float* __restrict__ y, const u8* __restrict__ w,
     float* tt = (float*)(mine + 2 * R::BUF_WORDS * 4);   // term l of slot i at i * 9 + l
 
     // This warp's rows [r0, r1): super-blocks [u0, u0 + n_u) of the weights.
+    const int n_out = sg.n_out;
     const i64 n_warps = (i64)gridDim.x * MVR_WARPS;
     const i64 gw = (i64)blockIdx.x * MVR_WARPS + warp;
     const int r0 = (int)(gw * n_out / n_warps), r1 = (int)((gw + 1) * n_out / n_warps);
@@ -1201,9 +1241,9 @@ __device__ void matvec_q8_rows(float* __restrict__ y, const u8* __restrict__ w,
     auto fetch = [&](int q) {
         const int cnt = max(0, min(WARP, n_u - q * WARP));
         if constexpr (R::COPY16)
-            mvr_fetch16<F>(stage + (q & 1) * R::BUF_WORDS, w, u0 + q * WARP, cnt, lane);
-        else
-            mvr_fetch<F>(stage + (q & 1) * R::BUF_WORDS, w, u0 + q * WARP, cnt, lane);
+            mvr_fetch16<F>(stage + (q & 1) * R::BUF_WORDS, sg, n_sb, u0 + q * WARP, cnt, lane);
+        else  // one matrix per launch (the host checks)
+            mvr_fetch<F>(stage + (q & 1) * R::BUF_WORDS, sg.w0, u0 + q * WARP, cnt, lane);
     };
     fetch(0);
     fetch(1);
@@ -1292,7 +1332,8 @@ __device__ void matvec_q8_rows(float* __restrict__ y, const u8* __restrict__ w,
 #pragma unroll
                     for (int l = 0; l < 8; ++l) o = __fadd_rn(o, sums[l]);
                     const int row = r0 + (q * WARP + s - 1) / n_sb;
-                    y[row] = mv_epilogue(o, bias, residual, row, row);
+                    const int sgi = sg.seg(row), lr = row - sg.first(sgi);
+                    sg.y(sgi)[lr] = mv_epilogue(o, sg.bias(sgi), residual, lr, lr);
                 }
             }
         }
@@ -1304,9 +1345,9 @@ __device__ void matvec_q8_rows(float* __restrict__ y, const u8* __restrict__ w,
     extern "C" __global__ void __launch_bounds__(MVR_WARPS * WARP, 4)                            \
         matvec_q8_rows_##name(float* y, const u8* w, const u8* acts, long long meta_off,         \
                               long long bsums_off, int n_out, int k, const float* bias,          \
-                              const float* residual) {                                           \
+                              const float* residual, MV_SEG_PARAMS) {                            \
         PDL_WAITS_INSIDE();                                                                      \
-        matvec_q8_rows<fmt>(y, w, acts, meta_off, bsums_off, n_out, k, bias, residual);          \
+        matvec_q8_rows<fmt>(MV_SEGS(y, w, bias, n_out), acts, meta_off, bsums_off, k, residual); \
     }
 MATVEC_Q8_ROWS(q3_k, mv_q3_k)
 MATVEC_Q8_ROWS(q4_k, mv_q4_k)
@@ -1358,17 +1399,17 @@ __device__ __forceinline__ float mv_weight_in(uint4 v, int e) {
 }
 
 template <int T>
-__device__ void matvec_float(float* __restrict__ y, const u8* __restrict__ w,
-                             const float* __restrict__ x, int n_out, int k, int m,
-                             const float* __restrict__ bias, const float* __restrict__ residual) {
+__device__ void matvec_float(const mv_segs sg, const float* __restrict__ x, int k, int m,
+                             const float* __restrict__ residual) {
     constexpr int EB = T == 0 ? 4 : 2;  // bytes per weight
     constexpr int EPW = 16 / EB;        // weights per 16-byte word
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     const int row = blockIdx.x * MV_WARPS + warp;
     const int m0 = blockIdx.y * MV_COLS;
-    if (row >= n_out) return;  // the whole warp
+    if (row >= sg.n_out) return;  // the whole warp
+    const int sgi = sg.seg(row), lr = row - sg.first(sgi), rows = sg.rows(sgi);
     const int nc = min(MV_COLS, m - m0);
-    const u8* wr = w + (i64)row * k * EB;
+    const u8* wr = sg.w(sgi) + (i64)lr * k * EB;
     const float* xr = x + (i64)m0 * k;
     double acc[MV_COLS];
 #pragma unroll
@@ -1416,8 +1457,8 @@ __device__ void matvec_float(float* __restrict__ y, const u8* __restrict__ w,
         if (j >= nc) break;
         const double s = warp_sum_f64(acc[j]);
         if (lane == 0) {
-            const i64 at = (i64)(m0 + j) * n_out + row;
-            y[at] = mv_epilogue(__double2float_rn(s), bias, residual, at, row);
+            const i64 at = (i64)(m0 + j) * rows + lr;
+            sg.y(sgi)[at] = mv_epilogue(__double2float_rn(s), sg.bias(sgi), residual, at, lr);
         }
     }
 }
@@ -1425,9 +1466,9 @@ __device__ void matvec_float(float* __restrict__ y, const u8* __restrict__ w,
 #define MATVEC_FLOAT(name, t)                                                                    \
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV_MIN_BLOCKS)                 \
         matvec_float_##name(float* y, const u8* w, const float* x, int n_out, int k, int m,      \
-                            const float* bias, const float* residual) {                          \
+                            const float* bias, const float* residual, MV_SEG_PARAMS) {           \
         PDL_WAITS_INSIDE();                                                                      \
-        matvec_float<t>(y, w, x, n_out, k, m, bias, residual);                                   \
+        matvec_float<t>(MV_SEGS(y, w, bias, n_out), x, k, m, residual);                          \
     }
 MATVEC_FLOAT(f32, 0)
 MATVEC_FLOAT(f16, 1)

@@ -94,6 +94,13 @@ impl<'a, T> KernelArg<'a> for Option<&'a DeviceBuffer<T>> {
     }
 }
 
+/// An optional written buffer: its address, or a null pointer.
+impl<'a, T> KernelArg<'a> for Option<&'a mut DeviceBuffer<T>> {
+    fn write(self, slot: &mut u64, dev: &CudaDevice) {
+        put(slot, self.map_or(0, |b| device_address(b, dev)));
+    }
+}
+
 macro_rules! scalar_arg {
     ($($t:ty),*) => {$(
         impl<'a> KernelArg<'a> for $t {

@@ -737,13 +737,15 @@ fn matvec_short(
     w: &DeviceMatrix,
     acts: &DeviceActs,
     epi: Epilogue,
+    more: &mut [MatvecPart],
 ) -> Result<()> {
     let f = dev.function(
         "matvec",
         &format!("matvec_q8_short_{}", suffix("matvec", w.dtype)?),
     )?;
+    let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
     let (r32, c32, m32) = (
-        i32_arg("matvec", "rows", w.rows)?,
+        i32_arg("matvec", "rows", rows)?,
         i32_arg("matvec", "cols", w.cols)?,
         i32_arg("matvec", "m", acts.rows)?,
     );
@@ -757,12 +759,14 @@ fn matvec_short(
         .arg(c32)
         .arg(m32);
     epilogue_args(&mut l, &epi);
-    // SAFETY: one warp per weight row (warps past `rows` return), lane b < cols / 32 <= 32 reads
-    // block b of its row (word reads may pass the last block by less than WEIGHT_PAD) and of up
-    // to MV_COLS activation rows < m; writes y[i][row] for i < m, row < rows.
+    segment_args(&mut l, w.rows, more)?;
+    // SAFETY: one warp per weight row of the launch's matrices (warps past their rows return),
+    // lane b < cols / 32 <= 32 reads block b of its row (word reads may pass the last block by
+    // less than WEIGHT_PAD) and of up to MV_COLS activation rows < m; writes y[i][row] of its
+    // matrix for i < m (the caller passes several matrices only for m == 1).
     unsafe {
         l.launch(LaunchConfig {
-            grid_dim: (w.rows.div_ceil(MV_WARPS) as u32, 1, 1),
+            grid_dim: (rows.div_ceil(MV_WARPS) as u32, 1, 1),
             block_dim: ((MV_WARPS * 32) as u32, 1, 1),
             shared_mem_bytes: 0,
         })
@@ -783,8 +787,10 @@ fn matvec_tile(
     w: &DeviceMatrix,
     acts: &DeviceActs,
     epi: Epilogue,
+    more: &mut [MatvecPart],
 ) -> Result<()> {
-    let lanes_per_row = if w.rows >= 4 * sm_count(dev) * (MVT_WARPS * 32 / 8) {
+    let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
+    let lanes_per_row = if rows >= 4 * sm_count(dev) * (MVT_WARPS * 32 / 8) {
         8
     } else {
         32
@@ -795,7 +801,7 @@ fn matvec_tile(
         &format!("matvec_q8_{kernel}_{}", suffix("matvec", w.dtype)?),
     )?;
     let (r32, c32) = (
-        i32_arg("matvec", "rows", w.rows)?,
+        i32_arg("matvec", "rows", rows)?,
         i32_arg("matvec", "cols", w.cols)?,
     );
     let meta = acts.meta_offset as i64;
@@ -808,13 +814,14 @@ fn matvec_tile(
         .arg(r32)
         .arg(c32);
     epilogue_args(&mut l, &epi);
+    segment_args(&mut l, w.rows, more)?;
     // SAFETY: m == 1 and the shapes were checked (the epilogue's too); G lanes per weight row
     // (rows past `rows` load and write nothing), lane g reading blocks g, g + G, ... < cols / 32
     // of its row (word reads may pass the last block by less than WEIGHT_PAD) and the same
     // blocks of the one activation row; writes y[row] for row < rows.
     unsafe {
         l.launch(LaunchConfig {
-            grid_dim: (w.rows.div_ceil(rows_per_block) as u32, 1, 1),
+            grid_dim: (rows.div_ceil(rows_per_block) as u32, 1, 1),
             block_dim: ((MVT_WARPS * 32) as u32, 1, 1),
             shared_mem_bytes: 0,
         })
@@ -822,15 +829,16 @@ fn matvec_tile(
     Ok(())
 }
 
-/// Whether one activation row against legacy-format `w` goes to [`matvec_tile`] rather than
+/// Whether one activation row against legacy-format weights of `rows` rows (over all matrices of
+/// the launch) goes to [`matvec_tile`] rather than
 /// the block-step kernel: from 1024 rows on (H200, Q8_0: 3584×18944 2472 GB/s against 2222,
 /// 18944×3584 2647 against 2348, 1536×8960 1562 against 1332; but 896×4864 1022 against 1131).
 /// `SYNAPTIX_NO_TILE_KERNEL` set: never, for comparisons.
-fn use_tile_kernel(w: &DeviceMatrix) -> bool {
+fn use_tile_kernel(dtype: DType, rows: usize) -> bool {
     static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     !*DISABLED.get_or_init(|| std::env::var_os("SYNAPTIX_NO_TILE_KERNEL").is_some())
-        && w.dtype.block_len() == 32
-        && w.rows >= 1024
+        && dtype.block_len() == 32
+        && rows >= 1024
 }
 
 /// Warps per thread block of `matvec_q8_rows_*` (MVR_WARPS in kernels/matvec.cu).
@@ -869,7 +877,13 @@ fn matvec_rows(
     w: &DeviceMatrix,
     acts: &DeviceActs,
     epi: Epilogue,
+    more: &mut [MatvecPart],
 ) -> Result<bool> {
+    // Several matrices per launch only where the kernel stages by 16-byte copies.
+    if !more.is_empty() && !mv_rows_whole(w.dtype) {
+        return Ok(false);
+    }
+    let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
     let f = dev.function(
         "matvec",
         &format!("matvec_q8_rows_{}", suffix("matvec", w.dtype)?),
@@ -887,10 +901,10 @@ fn matvec_rows(
     // rows), no block without rows, and as many rows for every warp as the grid allows (no
     // warp waits on a neighbour with one row more, a third more work with long rows).
     let max_warps = per_sm.min(4) * sm_count(dev) * MVR_WARPS;
-    let rows_per_warp = w.rows.div_ceil(max_warps);
-    let blocks = w.rows.div_ceil(rows_per_warp).div_ceil(MVR_WARPS);
+    let rows_per_warp = rows.div_ceil(max_warps);
+    let blocks = rows.div_ceil(rows_per_warp).div_ceil(MVR_WARPS);
     let (r32, c32) = (
-        i32_arg("matvec", "rows", w.rows)?,
+        i32_arg("matvec", "rows", rows)?,
         i32_arg("matvec", "cols", w.cols)?,
     );
     let (meta, bsums) = (acts.meta_offset as i64, acts.bsums_offset as i64);
@@ -903,6 +917,7 @@ fn matvec_rows(
         .arg(r32)
         .arg(c32);
     epilogue_args(&mut l, &epi);
+    segment_args(&mut l, w.rows, more)?;
     // SAFETY: the shapes were checked (the epilogue's too) and m == 1: the warps split the rows
     // into disjoint ranges and write y[row] (plus bias[row], residual[row] reads) for their own
     // rows only; weight reads stay inside the row's super-blocks but for at most 2 bytes past
@@ -979,6 +994,57 @@ fn epilogue_args<'a>(l: &mut Launch<'a>, epi: &Epilogue<'a>) {
     l.arg(epi.bias).arg(epi.residual);
 }
 
+/// One matrix of a [`matvec_many`] call: `y = x · Wᵀ (+ bias)`.
+pub struct MatvecPart<'a> {
+    pub w: &'a DeviceMatrix,
+    pub y: &'a mut DeviceBuffer<f32>,
+    pub bias: Option<&'a DeviceBuffer<f32>>,
+}
+
+/// Adds the parameters of a launch's matrices 1 and 2 (`MV_SEG_PARAMS` in kernels/matvec.cu:
+/// weights, outputs, biases, then the first global row of each; nulls and `rows0` for absent
+/// ones) after those of matrix 0, which has `rows0` rows. At most two more matrices.
+fn segment_args<'a, 'b: 'a>(
+    l: &mut Launch<'a>,
+    rows0: usize,
+    more: &'a mut [MatvecPart<'b>],
+) -> Result<()> {
+    type Seg<'a> = (
+        Option<&'a DeviceBuffer<u8>>,
+        Option<&'a mut DeviceBuffer<f32>>,
+        Option<&'a DeviceBuffer<f32>>,
+        usize,
+    );
+    fn split<'a, 'b: 'a>(p: Option<&'a mut MatvecPart<'b>>) -> Seg<'a> {
+        match p {
+            Some(p) => {
+                let w: &'b DeviceMatrix = p.w;
+                (Some(&w.data), Some(&mut *p.y), p.bias, w.rows)
+            }
+            None => (None, None, None, 0),
+        }
+    }
+    check("matvec", more.len() <= 2, || {
+        format!("{} matrices in one launch (at most 3)", more.len() + 1)
+    })?;
+    let mut parts = more.iter_mut();
+    let (w1, y1, b1, rows1) = split(parts.next());
+    let (w2, y2, b2, rows2) = split(parts.next());
+    // The first rows of matrices 1 and 2 (the launch's row count where a matrix is absent).
+    let r1 = i32_arg("matvec", "rows", rows0)?;
+    let r2 = i32_arg("matvec", "rows", rows0 + rows1)?;
+    check("matvec", rows2 == 0 || rows1 > 0, || "matrix 2 without matrix 1".into())?;
+    l.arg(w1)
+        .arg(w2)
+        .arg(y1)
+        .arg(y2)
+        .arg(b1)
+        .arg(b2)
+        .arg(r1)
+        .arg(r2);
+    Ok(())
+}
+
 /// [`matvec_quantized`] with an [`Epilogue`].
 pub fn matvec_quantized_with(
     dev: &CudaDevice,
@@ -1019,13 +1085,13 @@ pub fn matvec_quantized_with(
         });
     }
     if w.dtype.block_len() == 32 && w.cols <= 1024 && m <= MV_COLS {
-        return matvec_short(dev, y, w, acts, epi);
+        return matvec_short(dev, y, w, acts, epi, &mut []);
     }
-    if m == 1 && use_rows_kernel(w) && matvec_rows(dev, y, w, acts, epi)? {
+    if m == 1 && use_rows_kernel(w) && matvec_rows(dev, y, w, acts, epi, &mut [])? {
         return Ok(());
     }
-    if m == 1 && use_tile_kernel(w) {
-        return matvec_tile(dev, y, w, acts, epi);
+    if m == 1 && use_tile_kernel(w.dtype, w.rows) {
+        return matvec_tile(dev, y, w, acts, epi, &mut []);
     }
     let f = dev.function(
         "matvec",
@@ -1066,6 +1132,89 @@ pub fn matvec_quantized_with(
         })
     }?;
     Ok(())
+}
+
+/// `part.y = x · part.wᵀ (+ part.bias)` for each part, with `acts` the rows of `x` quantized
+/// for the parts' format (None for float weights). Up to three matrices of one format and row
+/// length against one activation row (Q, K and V; gate and up) share one launch where the
+/// kernel for their format allows it (legacy formats, Q4_K, Q5_K, F16/BF16/F32); otherwise, and
+/// with `SYNAPTIX_NO_MATVEC_MANY` set, each part has its own. Bit for bit the separate products.
+pub fn matvec_many(
+    dev: &CudaDevice,
+    parts: &mut [MatvecPart],
+    x: &DeviceBuffer<f32>,
+    acts: Option<&DeviceActs>,
+) -> Result<()> {
+    let Some((first, rest)) = parts.split_first_mut() else {
+        return Ok(());
+    };
+    let (dtype, cols) = (first.w.dtype, first.w.cols);
+    let m = x.len().checked_div(cols).unwrap_or(0);
+    let shared = !rest.is_empty()
+        && rest.len() <= 2
+        && !many_disabled()
+        && m == 1
+        && rest.iter().all(|p| p.w.dtype == dtype && p.w.cols == cols);
+    if shared {
+        for p in std::iter::once(&*first).chain(rest.iter()) {
+            check_matvec(p.w, p.y.len(), 1)?;
+            Epilogue {
+                bias: p.bias,
+                residual: None,
+            }
+            .check(p.w.rows, p.y.len())?;
+        }
+        let rows = first.w.rows + rest.iter().map(|p| p.w.rows).sum::<usize>();
+        let epi = Epilogue {
+            bias: first.bias,
+            residual: None,
+        };
+        match (activation_format(dtype), acts) {
+            (None, _) if !use_gemm(dtype, 1, cols) => {
+                check("matvec", x.len() == cols, || {
+                    format!("x {} for {cols} columns", x.len())
+                })?;
+                return matvec_float_kernel(dev, first.y, first.w, x, epi, rest);
+            }
+            (Some(format), Some(acts)) if format == acts.dtype && acts.cols == cols => {
+                check("matvec", acts.rows == 1, || {
+                    format!("{} activation rows", acts.rows)
+                })?;
+                if dtype.block_len() == 32 && cols <= 1024 {
+                    return matvec_short(dev, first.y, first.w, acts, epi, rest);
+                }
+                if mv_rows_whole(dtype)
+                    && use_rows_kernel(first.w)
+                    && matvec_rows(dev, first.y, first.w, acts, epi, rest)?
+                {
+                    return Ok(());
+                }
+                if use_tile_kernel(dtype, rows) {
+                    return matvec_tile(dev, first.y, first.w, acts, epi, rest);
+                }
+            }
+            _ => {}
+        }
+    }
+    for p in parts.iter_mut() {
+        let epi = Epilogue {
+            bias: p.bias,
+            residual: None,
+        };
+        match acts {
+            Some(acts) if activation_format(p.w.dtype).is_some() => {
+                matvec_quantized_with(dev, p.y, p.w, acts, epi)?
+            }
+            _ => matvec_with(dev, p.y, p.w, x, epi)?,
+        }
+    }
+    Ok(())
+}
+
+/// `SYNAPTIX_NO_MATVEC_MANY` set: every matrix of [`matvec_many`] gets its own launch.
+fn many_disabled() -> bool {
+    static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DISABLED.get_or_init(|| std::env::var_os("SYNAPTIX_NO_MATVEC_MANY").is_some())
 }
 
 /// `y: [m, rows] = x: [m, cols] · Wᵀ` with ggml's CPU arithmetic, bit for bit the CPU's
@@ -1127,12 +1276,27 @@ fn matvec_float(
     if use_gemm(w.dtype, m, w.cols) {
         return with_epilogue(dev, y, epi, |y| crate::gemm::gemm_float(dev, y, w, x));
     }
+    matvec_float_kernel(dev, y, w, x, epi, &mut [])
+}
+
+/// `matvec_float_*` over `w` and up to two more matrices of its format and row length (those
+/// only with one activation row and no residual; checked by the callers).
+fn matvec_float_kernel(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    x: &DeviceBuffer<f32>,
+    epi: Epilogue,
+    more: &mut [MatvecPart],
+) -> Result<()> {
+    let m = x.len() / w.cols;
+    let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
     let f = dev.function(
         "matvec",
         &format!("matvec_float_{}", suffix("matvec", w.dtype)?),
     )?;
     let (r32, c32, m32) = (
-        i32_arg("matvec", "rows", w.rows)?,
+        i32_arg("matvec", "rows", rows)?,
         i32_arg("matvec", "cols", w.cols)?,
         i32_arg("matvec", "m", m)?,
     );
@@ -1144,11 +1308,13 @@ fn matvec_float(
     let mut l = Launch::new(dev, &f);
     l.arg(y).arg(&w.data).arg(x).arg(r32).arg(c32).arg(m32);
     epilogue_args(&mut l, &epi);
-    // SAFETY: one warp per weight row (warps past `rows` return at once) and group of up to
-    // MV_COLS activation rows; reads and writes stay inside the checked shapes.
+    segment_args(&mut l, w.rows, more)?;
+    // SAFETY: one warp per weight row of the launch's matrices (warps past their rows return at
+    // once) and group of up to MV_COLS activation rows; reads and writes stay inside the checked
+    // shapes of each matrix.
     unsafe {
         l.launch(LaunchConfig {
-            grid_dim: (w.rows.div_ceil(MV_WARPS) as u32, passes as u32, 1),
+            grid_dim: (rows.div_ceil(MV_WARPS) as u32, passes as u32, 1),
             block_dim: ((MV_WARPS * 32) as u32, 1, 1),
             shared_mem_bytes: 0,
         })

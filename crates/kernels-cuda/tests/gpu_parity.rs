@@ -1193,3 +1193,72 @@ fn fused_glu_quantize_matches_separate_ops() {
         }
     }
 }
+
+/// Two or three matrices of one format in one launch (`matvec_many`: Q, K and V; gate and up)
+/// give bit for bit the CPU's products plus bias, for every kernel that shares launches (short
+/// and long legacy rows, the k-quant row kernel, floats), with matrices of different heights so
+/// that rounds and warps cross from one matrix into the next.
+#[test]
+fn matvec_many_matches_separate_products() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let cases: [(DType, usize, &[usize]); 9] = [
+        (DType::Q5_0, 896, &[896, 128, 128]),
+        (DType::Q8_0, 896, &[4864, 4864]),
+        (DType::Q8_0, 1536, &[1536, 256, 256]),
+        (DType::Q4_0, 3584, &[9472, 9472]),
+        (DType::Q4_1, 2048, &[700, 300]),
+        (DType::Q4K, 1536, &[1536, 256, 256]),
+        (DType::Q5K, 2048, &[333, 77, 500]),
+        (DType::Q4K, 3584, &[18944, 18944]),
+        (DType::F16, 896, &[896, 128, 128]),
+    ];
+    for (dtype, cols, heights) in cases {
+        let x = activations(&mut rng, 1, cols);
+        let dx = dev.upload(&x).unwrap();
+        let acts = ops::activation_format(dtype).map(|_| {
+            let mut a = ops::DeviceActs::new(&dev, dtype, 1, cols).unwrap();
+            ops::quantize_acts(&dev, &mut a, &dx).unwrap();
+            a
+        });
+        let mut wants = Vec::new();
+        let mut mats = Vec::new();
+        let mut biases = Vec::new();
+        for &rows in heights {
+            let bytes = random_weights(&mut rng, dtype, rows, cols);
+            let bias = rng.vec(rows, 1.0);
+            let product = cpu_matmul(dtype, &bytes, rows, cols, &x, 1);
+            wants.push(
+                product
+                    .iter()
+                    .zip(&bias)
+                    .map(|(p, b)| p + b)
+                    .collect::<Vec<f32>>(),
+            );
+            mats.push(DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap());
+            biases.push(dev.upload(&bias).unwrap());
+        }
+        let mut ys: Vec<DeviceBuffer<f32>> = heights.iter().map(|&r| poisoned(&dev, r)).collect();
+        let mut parts: Vec<ops::MatvecPart> = ys
+            .iter_mut()
+            .zip(mats.iter().zip(&biases))
+            .map(|(y, (w, b))| ops::MatvecPart {
+                w,
+                y,
+                bias: Some(b),
+            })
+            .collect();
+        ops::matvec_many(&dev, &mut parts, &dx, acts.as_ref()).unwrap();
+        drop(parts);
+        for (i, (y, want)) in ys.iter().zip(&wants).enumerate() {
+            let got = dev.download(y).unwrap();
+            let (n, first) = bit_mismatches(&got, want, heights[i]);
+            assert!(
+                n == 0,
+                "{dtype} cols {cols} heights {heights:?}: matrix {i}: {n} of {} outputs differ:\n  {first}",
+                got.len()
+            );
+        }
+    }
+}

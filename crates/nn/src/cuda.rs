@@ -250,41 +250,61 @@ impl Backend for CudaBackend {
         // x quantized once per activation format the weights need.
         let mut prepared: Vec<(DType, Arc<DeviceActs>)> = Vec::new();
         let mut out = Vec::with_capacity(ws.len());
-        for &(w, bias) in ws {
-            if x.cols != w.cols {
-                return Err(mismatch(
-                    "linear",
-                    format!("[{}, {}] weight, x has {} columns", w.rows, w.cols, x.cols),
-                ));
+        let mut i = 0;
+        while i < ws.len() {
+            // The run of up to three weights from i with one format and row length (Q, K and V;
+            // gate and up): one launch for a decode step.
+            let (w, _) = ws[i];
+            let mut j = i + 1;
+            while j < ws.len() && j - i < 3 && ws[j].0.dtype == w.dtype && ws[j].0.cols == w.cols {
+                j += 1;
             }
-            let mut y = self.tensor(x.rows, w.rows)?;
-            let epi = Epilogue {
-                bias,
-                residual: None,
-            };
-            match ops::activation_format(w.dtype) {
-                None => ops::matvec_with(&self.device, &mut y.buf, w, &x.buf, epi)?,
-                Some(format) => {
-                    let at = match prepared.iter().position(|(f, _)| *f == format) {
-                        Some(at) => at,
-                        None => {
-                            let acts = match &x.prepared {
-                                Some(p) if p.dtype() == format => p.clone(),
-                                _ => {
-                                    let mut acts =
-                                        DeviceActs::new(&self.device, w.dtype, x.rows, x.cols)?;
-                                    ops::quantize_acts(&self.device, &mut acts, &x.buf)?;
-                                    Arc::new(acts)
-                                }
-                            };
-                            prepared.push((format, acts));
-                            prepared.len() - 1
-                        }
-                    };
-                    ops::matvec_quantized_with(&self.device, &mut y.buf, w, &prepared[at].1, epi)?;
+            for &(wt, _) in &ws[i..j] {
+                if x.cols != wt.cols {
+                    return Err(mismatch(
+                        "linear",
+                        format!(
+                            "[{}, {}] weight, x has {} columns",
+                            wt.rows, wt.cols, x.cols
+                        ),
+                    ));
                 }
             }
-            out.push(y);
+            let acts = match ops::activation_format(w.dtype) {
+                None => None,
+                Some(format) => Some(match prepared.iter().find(|(f, _)| *f == format) {
+                    Some((_, a)) => a.clone(),
+                    None => {
+                        let acts = match &x.prepared {
+                            Some(p) if p.dtype() == format => p.clone(),
+                            _ => {
+                                let mut acts =
+                                    DeviceActs::new(&self.device, w.dtype, x.rows, x.cols)?;
+                                ops::quantize_acts(&self.device, &mut acts, &x.buf)?;
+                                Arc::new(acts)
+                            }
+                        };
+                        prepared.push((format, acts.clone()));
+                        acts
+                    }
+                }),
+            };
+            let mut ys = ws[i..j]
+                .iter()
+                .map(|(wt, _)| self.tensor(x.rows, wt.rows))
+                .collect::<Result<Vec<_>>>()?;
+            let mut parts: Vec<ops::MatvecPart> = ys
+                .iter_mut()
+                .zip(&ws[i..j])
+                .map(|(y, &(w, bias))| ops::MatvecPart {
+                    w,
+                    y: &mut y.buf,
+                    bias,
+                })
+                .collect();
+            ops::matvec_many(&self.device, &mut parts, &x.buf, acts.as_deref())?;
+            out.extend(ys);
+            i = j;
         }
         Ok(out)
     }
