@@ -1033,7 +1033,9 @@ fn segment_args<'a, 'b: 'a>(
     // The first rows of matrices 1 and 2 (the launch's row count where a matrix is absent).
     let r1 = i32_arg("matvec", "rows", rows0)?;
     let r2 = i32_arg("matvec", "rows", rows0 + rows1)?;
-    check("matvec", rows2 == 0 || rows1 > 0, || "matrix 2 without matrix 1".into())?;
+    check("matvec", rows2 == 0 || rows1 > 0, || {
+        "matrix 2 without matrix 1".into()
+    })?;
     l.arg(w1)
         .arg(w2)
         .arg(y1)
