@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! cargo run --release -p synaptix-kernels-cpu --example matvec_bench [-- N K [TYPES...]]
-//! SYNAPTIX_CPU_KERNELS=avx2 cargo run ...   # cap the kernel path (scalar | avx2 | avx512)
+//! SYNAPTIX_CPU_KERNELS=avx2 cargo run ...   # cap the kernel path (scalar | avx2 | avx512 | neon)
 //! ```
 //! Reports GB/s of weight bytes streamed for m = 1 (decode) with 1 and 2 rayon threads, and
 //! for m = 8 (prefill) with 2 threads, each the best of five timing windows. Weights are random

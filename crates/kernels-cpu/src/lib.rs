@@ -2,7 +2,8 @@
 //!
 //! - [`quant`]: dequantization of ggml block types, activation quantization, quantized dot
 //!   products and the weight × activation matmul, bit-identical with ggml's portable CPU build,
-//!   with a portable scalar path plus AVX2 and AVX-512 paths chosen at run time.
+//!   with a portable scalar path plus AVX2 and AVX-512 (x86_64) or NEON (aarch64) paths chosen
+//!   at run time.
 //! - [`ops`]: small f32 element-wise and row-wise ops (RMS norm, softmax, activations).
 //! - [`cpu_features`] / [`kernel_path`]: what the CPU offers and which kernel path is in use.
 

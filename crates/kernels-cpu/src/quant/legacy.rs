@@ -62,6 +62,20 @@ fn quantize_block_q8(x: &[f32], q: &mut [i8]) -> f32 {
     d
 }
 
+/// `x * y`, with x86's result for an invalid product (0 × ∞): the negative default NaN, where
+/// aarch64 gives the positive one. ggml's reference build that the golden bytes come from ran
+/// on x86 (as [`c_f32_to_i8`] follows x86's conversion); other NaN results propagate an
+/// operand's NaN alike on both.
+#[inline(always)]
+pub(crate) fn mul_x86_nan(x: f32, y: f32) -> f32 {
+    let p = x * y;
+    if p.is_nan() && !x.is_nan() && !y.is_nan() {
+        f32::from_bits(0xffc0_0000)
+    } else {
+        p
+    }
+}
+
 /// Quantizes block `b` of `acts` (Q8_0, or Q8_1 with `s = fp16(Σq * d)` using the unrounded
 /// `d`, as ggml does) from the 32 values `xb`.
 #[inline(always)]
@@ -69,10 +83,17 @@ pub(crate) fn quantize_q8_block(xb: &[f32], acts: &mut QuantizedActs, b: usize) 
     let q = &mut acts.qs[b * QK..(b + 1) * QK];
     let d = quantize_block_q8(xb, q);
     let sum: i32 = q.iter().map(|&v| v as i32).sum();
+    set_q8_block_scales(acts, b, d, sum);
+}
+
+/// Stores block `b`'s scales from the unrounded `d` and the quants' sum: `d` as half, `Σq`, and
+/// for Q8_1 `s = fp16(Σq * d)`.
+#[inline(always)]
+pub(crate) fn set_q8_block_scales(acts: &mut QuantizedActs, b: usize, d: f32, sum: i32) {
     acts.d[b] = f16_to_f32(f32_to_f16(d));
     acts.isum[b] = sum;
     if acts.dtype == DType::Q8_1 {
-        acts.s[b] = f16_to_f32(f32_to_f16(sum as f32 * d));
+        acts.s[b] = f16_to_f32(f32_to_f16(mul_x86_nan(sum as f32, d)));
     }
 }
 

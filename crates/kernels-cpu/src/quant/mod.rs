@@ -15,7 +15,7 @@
 //! | Q4_1, Q5_1 | Q8_1 |
 //! | Q2_K, Q3_K, Q4_K, Q5_K, Q6_K | Q8_K |
 //!
-//! Every kernel path (scalar, AVX2, AVX-512) quantizes and sums in that order, so results are
+//! Every kernel path (scalar, AVX2, AVX-512, NEON) quantizes and sums in that order, so results are
 //! bit-identical across paths and CPUs, and with ggml's portable build.
 
 pub(crate) mod float;
@@ -248,12 +248,18 @@ fn fill_acts(path: Path, x: &[f32], a: &mut QuantizedActs) {
         unsafe { simd::x86::fill_acts_avx2(x, a) };
         return;
     }
+    #[cfg(target_arch = "aarch64")]
+    if path == Path::Neon {
+        // SAFETY: the CPU supports the path's features (NEON).
+        unsafe { simd::neon::fill_acts_neon(x, a) };
+        return;
+    }
     let _ = path;
     fill_acts_portable(x, a);
 }
 
-/// The portable quantizers (the reference for `simd::x86::fill_acts_avx2`; also its fallback for
-/// the formats it does not vectorize).
+/// The portable quantizers (the reference for `simd::x86::fill_acts_avx2` and
+/// `simd::neon::fill_acts_neon`; also their fallback for the formats they do not vectorize).
 #[inline(always)]
 pub(crate) fn fill_acts_portable(x: &[f32], a: &mut QuantizedActs) {
     match a.dtype {
@@ -393,8 +399,8 @@ pub(crate) fn float_dot(path: Path, w: &[f32], a: &[f32]) -> f32 {
     debug_assert_eq!(w.len(), a.len());
     match simd::f32_dot(path) {
         Some(f) if w.len() == a.len() => {
-            // Viewing f32s as bytes is always valid; x86_64 is little-endian, the kernels'
-            // byte order.
+            // Viewing f32s as bytes is always valid; x86_64 and aarch64 Linux are
+            // little-endian, the kernels' byte order.
             let wb = unsafe { std::slice::from_raw_parts(w.as_ptr() as *const u8, w.len() * 4) };
             // SAFETY: `wb` holds `a.len()` f32 values and `path` is supported by the CPU.
             unsafe { f(wb, a) }
@@ -431,7 +437,7 @@ pub mod kernel_paths {
     use crate::cpu::Path;
 
     /// Names of the paths this CPU supports, most portable first (`"scalar"`, `"avx2"`,
-    /// `"avx512"`).
+    /// `"avx512"` on x86_64; `"scalar"`, `"neon"` on aarch64).
     pub fn supported() -> Vec<&'static str> {
         Path::all_supported()
             .into_iter()

@@ -6,6 +6,8 @@ use synaptix_core::DType;
 use super::{BlockFn, DotFn};
 use crate::cpu::Path;
 
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
 
@@ -23,7 +25,11 @@ pub(crate) fn kernels(dtype: DType, path: Path) -> (Option<DotFn>, Option<BlockF
     {
         x86::kernels(dtype, path)
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    {
+        neon::kernels(dtype, path)
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
         let _ = (dtype, path);
         (None, None)
@@ -36,7 +42,11 @@ pub(crate) fn f32_dot(path: Path) -> Option<FloatDotFn> {
     {
         x86::f32_dot(path)
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    {
+        neon::f32_dot(path)
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {
         let _ = path;
         None
