@@ -98,6 +98,7 @@ fn feature_names(f: &synaptix_kernels_cpu::CpuFeatures) -> Vec<&'static str> {
         (f.avx512vnni, "avx512vnni"),
         (f.avx512bf16, "avx512bf16"),
         (f.neon, "neon"),
+        (f.dotprod, "dotprod"),
     ]
     .into_iter()
     .filter_map(|(on, name)| on.then_some(name))
