@@ -895,7 +895,10 @@ unsafe fn lane_acts<const KIND: u8, const G: usize>(tile: &[QuantizedActs], nb: 
     let kind = kind_of(KIND);
     let shift = off_shift(KIND);
     let n = tile.len();
-    let mut qs = vec![_mm512_setzero_si512(); nb * 8 * G];
+    // Every vector is written below (both 256-bit halves of each), so the buffer is not zeroed
+    // first.
+    let len = nb * 8 * G;
+    let mut qs: Vec<__m512i> = Vec::with_capacity(len);
     let bias = _mm256_set1_epi8(if KIND == KIND_Q8_0 { -128 } else { 0 });
     for b in 0..nb {
         for half in 0..2 * G {
@@ -909,42 +912,46 @@ unsafe fn lane_acts<const KIND: u8, const G: usize>(tile: &[QuantizedActs], nb: 
             }
             let t = transpose8x8_epi32(&r);
             for (c, tc) in t.iter().enumerate() {
+                // Inside the capacity: (b * 8 + c) * G + half / 2 < len.
                 let dst = (qs.as_mut_ptr().add((b * 8 + c) * G) as *mut __m256i).add(half);
                 _mm256_storeu_si256(dst, *tc);
             }
         }
     }
+    // SAFETY: the loops above wrote both halves of all `len` vectors (b < nb, c < 8, half <
+    // 2G), within the capacity reserved for them.
+    qs.set_len(len);
     let mut off = Vec::new();
     if shift > 0 {
-        off = vec![_mm512_setzero_si512(); nb * G];
-        for (bg, ob) in off.iter_mut().enumerate() {
+        off.reserve_exact(nb * G);
+        for bg in 0..nb * G {
             let (b, g) = (bg / G, bg % G);
             let mut v = [0i32; LANES];
             for (vi, a) in v.iter_mut().zip(tile.iter().skip(g * LANES)) {
                 *vi = -(a.isum[b] << shift);
             }
-            *ob = _mm512_loadu_si512(v.as_ptr() as *const __m512i);
+            off.push(_mm512_loadu_si512(v.as_ptr() as *const __m512i));
         }
     }
-    let mut d = vec![_mm512_setzero_ps(); nb * G];
-    for (bg, db) in d.iter_mut().enumerate() {
+    let mut d = Vec::with_capacity(nb * G);
+    for bg in 0..nb * G {
         let (b, g) = (bg / G, bg % G);
         let mut v = [0f32; LANES];
         for (vi, a) in v.iter_mut().zip(tile.iter().skip(g * LANES)) {
             *vi = a.d[b];
         }
-        *db = _mm512_loadu_ps(v.as_ptr());
+        d.push(_mm512_loadu_ps(v.as_ptr()));
     }
     let mut s = Vec::new();
     if kind.has_min() {
-        s = vec![_mm512_setzero_ps(); nb * G];
-        for (bg, sb) in s.iter_mut().enumerate() {
+        s.reserve_exact(nb * G);
+        for bg in 0..nb * G {
             let (b, g) = (bg / G, bg % G);
             let mut v = [0f32; LANES];
             for (vi, a) in v.iter_mut().zip(tile.iter().skip(g * LANES)) {
                 *vi = a.s[b];
             }
-            *sb = _mm512_loadu_ps(v.as_ptr());
+            s.push(_mm512_loadu_ps(v.as_ptr()));
         }
     }
     LaneActs { qs, off, d, s }
