@@ -5,8 +5,10 @@ mod chat;
 mod device;
 mod devices;
 mod dump;
+mod http;
 mod inspect;
 mod run;
+mod serve;
 mod threads;
 mod tokenize;
 
@@ -43,6 +45,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// List the compute devices and the kernel paths synaptix will use
     Devices(devices::DevicesArgs),
+    /// Serve a model over HTTP with OpenAI's API (chat and text completions, streaming)
+    Serve(serve::ServeArgs),
 }
 
 /// mimalloc instead of the system allocator: a step allocates and frees many large activation
@@ -78,6 +82,7 @@ fn main() -> ExitCode {
         Command::Tokenize(a) => tokenize::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Devices(a) => devices::run(a),
+        Command::Serve(a) => serve::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

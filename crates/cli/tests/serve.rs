@@ -1,0 +1,312 @@
+//! `synaptix serve` end to end on a real model (`scripts/fetch-models.sh` fetches it): the
+//! OpenAI endpoints over plain HTTP, their answers against `synaptix chat` and `synaptix run` on
+//! the same conversation and prompt (greedy, so they must be equal), streaming, the KV cache
+//! reused across requests, and errors.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{json, Value};
+use synaptix_bundle::cache;
+
+fn qwen() -> String {
+    let path = cache::models_dir().join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/fetch-models.sh",
+        path.display()
+    );
+    path.display().to_string()
+}
+
+/// A server on a free port; killed when dropped.
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Server {
+    fn start(model: &str) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_synaptix"))
+            .args(["serve", model, "--port", "0", "-t", "2", "--device", "cpu"])
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("synaptix serve starts");
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = BufReader::new(stderr).lines();
+        let addr = loop {
+            let line = lines
+                .next()
+                .expect("the server prints its address")
+                .unwrap();
+            if let Some(at) = line.find("listening on http://") {
+                break line[at + "listening on http://".len()..].trim().to_string();
+            }
+        };
+        Server { child, addr }
+    }
+
+    /// One request; returns (status, body).
+    fn request(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        let mut conn = TcpStream::connect(&self.addr).unwrap();
+        write!(
+            conn,
+            "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut raw = String::new();
+        conn.read_to_string(&mut raw).unwrap();
+        let (head, body) = raw.split_once("\r\n\r\n").expect("a response head");
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .expect("a status");
+        (status, body.to_string())
+    }
+
+    fn json(&self, path: &str, body: Value) -> Value {
+        let (status, text) = self.request("POST", path, &body.to_string());
+        assert_eq!(status, 200, "{path}: {text}");
+        serde_json::from_str(&text).expect("a JSON response")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The conversation `synaptix chat` holds after two greedy turns: (system, [user, assistant]
+/// pairs).
+fn chat_transcript(model: &str, system: &str, users: &[&str]) -> Vec<(String, String)> {
+    let dir = std::env::temp_dir().join(format!("synaptix-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("transcript.json");
+    let mut script: String = users.iter().map(|u| format!("{u}\n")).collect();
+    script.push_str(&format!("/save {}\n", path.display()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_synaptix"))
+        .args([
+            "chat", model, "--temp", "0", "-n", "24", "-t", "2", "--device", "cpu", "-s", system,
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let saved: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let messages = saved["messages"].as_array().expect("saved messages");
+    let text = |v: &Value| v["content"].as_str().unwrap().to_string();
+    messages
+        .chunks(2)
+        .map(|pair| (text(&pair[0]), text(&pair[1])))
+        .collect()
+}
+
+/// The text of a server-sent event stream's chunks, in order, and whether it ended with [DONE].
+fn streamed_text(body: &str) -> (String, Value, bool) {
+    let mut text = String::new();
+    let mut last = Value::Null;
+    let mut done = false;
+    for event in body.split("\n\n").filter(|e| !e.trim().is_empty()) {
+        let data = event.strip_prefix("data: ").expect("a data event");
+        if data == "[DONE]" {
+            done = true;
+            continue;
+        }
+        let v: Value = serde_json::from_str(data).unwrap();
+        if let Some(t) = v["choices"][0]["delta"]["content"].as_str() {
+            text.push_str(t);
+        }
+        last = v;
+    }
+    (text, last, done)
+}
+
+#[test]
+fn chat_completions_answer_like_synaptix_chat_and_reuse_the_cache() {
+    let model = qwen();
+    let system = "Answer in one short sentence.";
+    let turns = chat_transcript(
+        &model,
+        system,
+        &["What is the capital of France?", "And of Italy?"],
+    );
+    assert_eq!(turns.len(), 2, "two turns saved: {turns:?}");
+    let server = Server::start(&model);
+
+    let mut messages = vec![json!({"role": "system", "content": system})];
+    messages.push(json!({"role": "user", "content": turns[0].0}));
+    let first = server.json(
+        "/v1/chat/completions",
+        json!({"messages": messages, "temperature": 0, "max_tokens": 24}),
+    );
+    assert_eq!(first["object"], "chat.completion");
+    assert_eq!(first["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(
+        first["choices"][0]["message"]["content"].as_str().unwrap(),
+        turns[0].1,
+        "first answer differs from synaptix chat's"
+    );
+
+    // The conversation resent with a new turn: same answer as chat's second turn, streamed,
+    // and the cache keeps the prefix the two renderings share.
+    messages.push(json!({"role": "assistant", "content": turns[0].1}));
+    messages.push(json!({"role": "user", "content": turns[1].0}));
+    let (status, body) = server.request(
+        "POST",
+        "/v1/chat/completions",
+        &json!({"messages": messages, "temperature": 0, "max_tokens": 24, "stream": true})
+            .to_string(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let (text, last, done) = streamed_text(&body);
+    assert!(done, "the stream ends with [DONE]: {body}");
+    assert_eq!(
+        text, turns[1].1,
+        "second answer differs from synaptix chat's"
+    );
+    assert_eq!(last["choices"][0]["finish_reason"], "stop");
+    let cached = last["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    let prompt = last["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(
+        cached >= first["usage"]["prompt_tokens"].as_u64().unwrap() && cached < prompt,
+        "cached {cached} of {prompt} prompt tokens"
+    );
+
+    // The same request without streaming gives the same text.
+    let whole = server.json(
+        "/v1/chat/completions",
+        json!({"messages": messages, "temperature": 0, "max_tokens": 24}),
+    );
+    assert_eq!(whole["choices"][0]["message"]["content"], text);
+}
+
+#[test]
+fn completions_match_synaptix_run_and_stop_strings_cut_them() {
+    let model = qwen();
+    let prompt = "The capital of France is";
+    let out = Command::new(env!("CARGO_BIN_EXE_synaptix"))
+        .args([
+            "run", &model, prompt, "--temp", "0", "-n", "12", "-t", "2", "--device", "cpu",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let want = run["text"].as_str().unwrap().to_string();
+
+    let server = Server::start(&model);
+    let got = server.json(
+        "/v1/completions",
+        json!({"prompt": prompt, "temperature": 0, "max_tokens": 12}),
+    );
+    assert_eq!(got["object"], "text_completion");
+    assert_eq!(got["choices"][0]["text"].as_str().unwrap(), want);
+    assert_eq!(got["usage"]["completion_tokens"], 12);
+    assert_eq!(got["choices"][0]["finish_reason"], "length");
+
+    // A stop string ends the text before it (here the first period).
+    let cut = want.find('.').expect("a period in the greedy continuation");
+    let stopped = server.json(
+        "/v1/completions",
+        json!({"prompt": prompt, "temperature": 0, "max_tokens": 12, "stop": ["."]}),
+    );
+    assert_eq!(
+        stopped["choices"][0]["text"].as_str().unwrap(),
+        &want[..cut]
+    );
+    assert_eq!(stopped["choices"][0]["finish_reason"], "stop");
+}
+
+#[test]
+fn bad_requests_get_errors_and_the_server_keeps_serving() {
+    let server = Server::start(&qwen());
+    let error = |method: &str, path: &str, body: &str, status: u16| {
+        let (got, text) = server.request(method, path, body);
+        assert_eq!(got, status, "{method} {path} {body}: {text}");
+        let v: Value = serde_json::from_str(&text).expect("a JSON error");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{text}"
+        );
+    };
+    error("GET", "/nowhere", "", 404);
+    error("GET", "/v1/chat/completions", "", 405);
+    error("POST", "/v1/chat/completions", "{not json", 400);
+    error("POST", "/v1/chat/completions", r#"{"messages": []}"#, 400);
+    error(
+        "POST",
+        "/v1/chat/completions",
+        r#"{"messages": [{"role": "wizard", "content": "hi"}]}"#,
+        400,
+    );
+    error(
+        "POST",
+        "/v1/completions",
+        r#"{"prompt": "hi", "temperature": -1}"#,
+        400,
+    );
+    error(
+        "POST",
+        "/v1/completions",
+        r#"{"prompt": "hi", "top_p": 2}"#,
+        400,
+    );
+    error(
+        "POST",
+        "/v1/completions",
+        r#"{"prompt": "hi", "stop": ["a", "b", "c", "d", "e"]}"#,
+        400,
+    );
+    // A prompt longer than the context.
+    let long = "word ".repeat(6000);
+    error(
+        "POST",
+        "/v1/completions",
+        &json!({"prompt": long}).to_string(),
+        400,
+    );
+    // Garbage instead of HTTP, then a connection that says nothing and leaves.
+    let mut conn = TcpStream::connect(&server.addr).unwrap();
+    conn.write_all(b"HELLO\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    conn.read_to_string(&mut raw).unwrap();
+    assert!(raw.starts_with("HTTP/1.1 400"), "{raw}");
+    drop(TcpStream::connect(&server.addr).unwrap());
+
+    let (status, text) = server.request("GET", "/health", "");
+    assert_eq!((status, text.as_str()), (200, r#"{"status":"ok"}"#));
+    let models: Value = serde_json::from_str(&server.request("GET", "/v1/models", "").1).unwrap();
+    assert_eq!(
+        models["data"][0]["id"],
+        "qwen2.5-coder-0.5b-instruct-q4_k_m"
+    );
+}
