@@ -66,7 +66,7 @@ fn tiny_gguf(arch: &str) -> GgufWriter {
 #[test]
 fn missing_file_directory_and_empty_file() {
     let s = Scratch::new("paths");
-    for cmd in ["run", "inspect", "bench", "tokenize"] {
+    for cmd in ["run", "inspect", "bench", "tokenize", "serve"] {
         let extra: &[&str] = if cmd == "run" || cmd == "tokenize" {
             &["hi"]
         } else {
@@ -149,4 +149,5 @@ fn wrong_flags_are_one_line() {
     fails(&["frobnicate"], "frobnicate");
     fails(&["run", "model.gguf", "hi", "--temp", "warm"], "warm");
     fails(&["bench", "model.gguf", "-p", "-5"], "-5");
+    fails(&["serve", "model.gguf", "--port", "70000"], "70000");
 }

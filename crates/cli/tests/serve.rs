@@ -310,3 +310,27 @@ fn bad_requests_get_errors_and_the_server_keeps_serving() {
         "qwen2.5-coder-0.5b-instruct-q4_k_m"
     );
 }
+
+/// A port already taken is a one-line error, not a panic.
+#[test]
+fn a_taken_port_is_a_clear_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let model = format!(
+        "{}/../../tests/fixtures/synthetic/llama-tiny.gguf",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_synaptix"))
+        .args(["serve", &model, "--port", &port, "--device", "cpu"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert_ne!(out.status.code(), Some(101), "{stderr}");
+    let errors: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .collect();
+    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(errors[0].contains("cannot listen"), "{stderr}");
+}
