@@ -7,6 +7,7 @@ mod devices;
 mod dump;
 mod http;
 mod inspect;
+mod quantize;
 mod run;
 mod serve;
 mod threads;
@@ -47,6 +48,8 @@ enum Command {
     Devices(devices::DevicesArgs),
     /// Serve a model over HTTP with OpenAI's API (chat and text completions, streaming)
     Serve(serve::ServeArgs),
+    /// Convert a GGUF file's weight matrices to another type (q8_0, q4_0, f16, ...)
+    Quantize(quantize::QuantizeArgs),
 }
 
 /// mimalloc instead of the system allocator: a step allocates and frees many large activation
@@ -83,6 +86,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench::run(a),
         Command::Devices(a) => devices::run(a),
         Command::Serve(a) => serve::run(a),
+        Command::Quantize(a) => quantize::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

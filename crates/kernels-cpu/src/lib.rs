@@ -16,8 +16,8 @@ pub use cpu::{cpu_features, kernel_path, CpuFeatures, KERNEL_PATH_ENV};
 #[doc(hidden)]
 pub use quant::kernel_paths;
 pub use quant::{
-    activation_dtype, dequantize, matmul, matmul_many, matmul_quantized, quantize_acts, vec_dot,
-    QuantizedActs, WeightView,
+    activation_dtype, dequantize, matmul, matmul_many, matmul_quantized, quantize_acts,
+    quantize_weights, vec_dot, QuantizedActs, WeightView, QUANTIZE_TARGETS,
 };
 
 #[cfg(test)]

@@ -20,7 +20,9 @@ struct PendingTensor {
     /// Outermost first, as everywhere in synaptix; written innermost first.
     dims: Vec<u64>,
     dtype: DType,
-    data: Vec<u8>,
+    /// The bytes, or `None` for a tensor whose `len` bytes come from `write_streaming`'s callback.
+    data: Option<Vec<u8>>,
+    len: u64,
 }
 
 impl Default for GgufWriter {
@@ -62,7 +64,27 @@ impl GgufWriter {
             name: name.into(),
             dims: dims.to_vec(),
             dtype,
-            data,
+            len: data.len() as u64,
+            data: Some(data),
+        });
+        self
+    }
+
+    /// Adds a tensor of `len` bytes that [`GgufWriter::write_streaming`] asks its callback for
+    /// when it gets there, so a large file never sits in memory whole.
+    pub fn add_tensor_later(
+        &mut self,
+        name: impl Into<String>,
+        dims: &[u64],
+        dtype: DType,
+        len: u64,
+    ) -> &mut Self {
+        self.tensors.push(PendingTensor {
+            name: name.into(),
+            dims: dims.to_vec(),
+            dtype,
+            data: None,
+            len,
         });
         self
     }
@@ -81,6 +103,21 @@ impl GgufWriter {
     }
 
     pub fn write_to(&self, w: &mut impl Write) -> io::Result<()> {
+        self.write_streaming(w, |i| {
+            Err(io::Error::other(format!(
+                "tensor {i} was added without data and this writer has no source for it"
+            )))
+        })
+    }
+
+    /// Writes the file: the header at once, then each tensor's bytes, those added with
+    /// [`GgufWriter::add_tensor_later`] from `fill(tensor index)` (which must return exactly the
+    /// announced length).
+    pub fn write_streaming(
+        &self,
+        w: &mut impl Write,
+        mut fill: impl FnMut(usize) -> io::Result<Vec<u8>>,
+    ) -> io::Result<()> {
         let mut out = Vec::new();
         out.extend_from_slice(GGUF_MAGIC);
         out.extend_from_slice(&self.version.to_le_bytes());
@@ -96,7 +133,7 @@ impl GgufWriter {
         let mut offsets = Vec::with_capacity(self.tensors.len());
         for t in &self.tensors {
             offsets.push(offset);
-            offset = (offset + t.data.len() as u64).div_ceil(align) * align;
+            offset = (offset + t.len).div_ceil(align) * align;
         }
         for (t, off) in self.tensors.iter().zip(&offsets) {
             put_string(&mut out, &t.name);
@@ -111,13 +148,34 @@ impl GgufWriter {
         if !self.tensors.is_empty() {
             pad_to(&mut out, align);
         }
+        w.write_all(&out)?;
+        let mut written = out.len() as u64;
         for (i, t) in self.tensors.iter().enumerate() {
-            out.extend_from_slice(&t.data);
+            let later;
+            let data = match &t.data {
+                Some(d) => d,
+                None => {
+                    later = fill(i)?;
+                    if later.len() as u64 != t.len {
+                        return Err(io::Error::other(format!(
+                            "tensor {}: {} bytes announced, {} given",
+                            t.name,
+                            t.len,
+                            later.len()
+                        )));
+                    }
+                    &later
+                }
+            };
+            w.write_all(data)?;
+            written += t.len;
             if i + 1 < self.tensors.len() {
-                pad_to(&mut out, align);
+                let padded = written.div_ceil(align) * align;
+                w.write_all(&vec![0u8; (padded - written) as usize])?;
+                written = padded;
             }
         }
-        w.write_all(&out)
+        Ok(())
     }
 }
 

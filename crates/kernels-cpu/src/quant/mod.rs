@@ -23,6 +23,9 @@ mod kquants;
 mod legacy;
 mod matmul;
 mod simd;
+mod weights;
+
+pub use weights::{quantize_weights, QUANTIZE_TARGETS};
 
 use synaptix_core::{DType, Error, Result};
 

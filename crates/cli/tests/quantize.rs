@@ -1,0 +1,180 @@
+//! `synaptix quantize` against `llama-quantize --pure` (llama.cpp commit 0c1e570): the files it
+//! writes are byte for byte llama.cpp's, whose SHA-256 were recorded when these tests were
+//! written (`llama-quantize --pure [--allow-requantize] IN OUT TYPE` on the same inputs).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sha2::{Digest, Sha256};
+use synaptix_bundle::cache;
+
+fn synaptix(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_synaptix"))
+        .args(args)
+        .output()
+        .expect("synaptix runs")
+}
+
+fn sha256(path: &Path) -> String {
+    let bytes = std::fs::read(path).unwrap();
+    Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("synaptix-quantize-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn quantize(input: &Path, output: &Path, dtype: &str, requantize: bool) {
+    let (i, o) = (input.to_str().unwrap(), output.to_str().unwrap());
+    let mut args = vec!["quantize", i, o, "--type", dtype];
+    if requantize {
+        args.push("--allow-requantize");
+    }
+    let out = synaptix(&args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The tiny synthetic llama (F16, Q8_0 and F32 tensors) to F32, then to every type synaptix
+/// quantizes to: each file equals llama-quantize's.
+#[test]
+fn every_type_writes_llama_quantize_s_file() {
+    let dir = scratch("tiny");
+    let tiny = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/synthetic/llama-tiny.gguf");
+    let f32 = dir.join("f32.gguf");
+    quantize(&tiny, &f32, "f32", true);
+    assert_eq!(
+        sha256(&f32),
+        "d1d5a6e67baded528375335ae9d07428ed36e10df0153bd20b5277bb6f39a44e",
+        "F32"
+    );
+    for (dtype, want) in [
+        (
+            "q8_0",
+            "7d7a4fd0f773db4dd2ab01e650411c7ba83b25bf49b7e70798f4ff493a8c3436",
+        ),
+        (
+            "q4_0",
+            "15d131b09460b947fc067e11f04fedc294e91c6e6f7491fd8b25a3697b34e055",
+        ),
+        (
+            "q4_1",
+            "6530ec29e8617eb3082b0759da41f65247f09ceff71b0e5ffd6cef54072f8800",
+        ),
+        (
+            "q5_0",
+            "84e6e187fc581ea02e811115c6d127bd89a3dee84ca156b19ede3619704dd807",
+        ),
+        (
+            "q5_1",
+            "84c543f2fccf6f50f6564fef3558cb0c05f5d787adbc39aee06e7191f807781f",
+        ),
+        (
+            "f16",
+            "b77a8941b07e3b67f3f336dc5203c219c86244bfb6261f5a7ecc84db26664c3d",
+        ),
+        (
+            "bf16",
+            "e36fe7452b866961a8fd14755c53f429859c66361fc43a2eb17eb2e439cc7065",
+        ),
+    ] {
+        let out = dir.join(format!("{dtype}.gguf"));
+        quantize(&f32, &out, dtype, false);
+        assert_eq!(sha256(&out), want, "{dtype}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The real Gemma 3 270M Q4_K_M file requantized: same bytes as llama-quantize, and the result
+/// runs.
+#[test]
+fn gemma_requantized_matches_llama_quantize_and_runs() {
+    let gemma = cache::models_dir().join("gemma-3-270m-q4_k_m.gguf");
+    assert!(
+        gemma.exists(),
+        "{} is missing: run scripts/fetch-models.sh",
+        gemma.display()
+    );
+    let dir = scratch("gemma");
+    for (dtype, want) in [
+        (
+            "q8_0",
+            "d3d21138dcca83884e329b4cd6939b905c15e06022a930ce13d6db4d9e67290a",
+        ),
+        (
+            "q5_1",
+            "92fc0f2cb00c278bfcb4cf65cc717f0c18d02aab1493175f0be1354fc94dee04",
+        ),
+    ] {
+        let out = dir.join(format!("{dtype}.gguf"));
+        quantize(&gemma, &out, dtype, true);
+        assert_eq!(sha256(&out), want, "gemma {dtype}");
+    }
+    let run = synaptix(&[
+        "run",
+        dir.join("q8_0.gguf").to_str().unwrap(),
+        "The capital of France is",
+        "-n",
+        "8",
+        "--temp",
+        "0",
+        "--device",
+        "cpu",
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&run.stdout).contains("France"),
+        "{}",
+        String::from_utf8_lossy(&run.stdout)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Wrong types, a requantization not asked for, and an output that is the input are one-line
+/// errors; nothing is left behind.
+#[test]
+fn bad_requests_are_one_line_errors() {
+    let dir = scratch("bad");
+    let tiny = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/synthetic/llama-tiny.gguf");
+    let (t, out) = (tiny.to_str().unwrap(), dir.join("out.gguf"));
+    let o = out.to_str().unwrap();
+    for (args, expect) in [
+        (vec!["quantize", t, o, "--type", "q4_k"], "not a type"),
+        (
+            vec!["quantize", t, o, "--type", "q4_0"],
+            "--allow-requantize",
+        ),
+        (vec!["quantize", t, t, "--type", "f16"], "overwrite"),
+        (
+            vec!["quantize", "/nonexistent.gguf", o, "--type", "f16"],
+            "nonexistent",
+        ),
+    ] {
+        let r = synaptix(&args);
+        let stderr = String::from_utf8_lossy(&r.stderr);
+        assert!(!r.status.success(), "{args:?}");
+        assert_ne!(r.status.code(), Some(101), "{stderr}");
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "{args:?}: {stderr}");
+        assert!(
+            lines[0].starts_with("error: ") && lines[0].contains(expect),
+            "{args:?}: {stderr}"
+        );
+        assert!(!out.exists(), "{args:?} left {o} behind");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
