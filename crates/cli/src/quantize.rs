@@ -19,7 +19,7 @@ use synaptix_kernels_cpu::{dequantize, quantize_weights, QUANTIZE_TARGETS};
 
 #[derive(Args)]
 #[command(
-    after_help = "Types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1.\n\n\
+    after_help = "Types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k.\n\n\
     Examples:\n  \
     synaptix quantize model-f16.gguf model-q8_0.gguf --type q8_0\n  \
     synaptix quantize model-q8_0.gguf model-q4_0.gguf --type q4_0 --allow-requantize --json"
@@ -54,6 +54,9 @@ fn file_type(dtype: DType) -> u32 {
         DType::Q8_0 => 7,
         DType::Q5_0 => 8,
         DType::Q5_1 => 9,
+        DType::Q4K => 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
+        DType::Q5K => 17, // LLAMA_FTYPE_MOSTLY_Q5_K_M
+        DType::Q6K => 18,
         _ => 32, // BF16
     }
 }
@@ -61,6 +64,25 @@ fn file_type(dtype: DType) -> u32 {
 /// Whether `llama-quantize --pure` converts this tensor.
 fn converts(t: &TensorInfo) -> bool {
     t.shape.rank() >= 2 && t.name.ends_with("weight") && !t.name.ends_with("_norm.weight")
+}
+
+/// `target`, or what llama-quantize falls back to for rows of `cols` that are not whole
+/// blocks of it: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, and F16 when even that does not fit.
+fn type_for_rows(target: DType, cols: usize) -> DType {
+    if cols.is_multiple_of(target.block_len()) {
+        return target;
+    }
+    let fallback = match target {
+        DType::Q4K => DType::Q5_0,
+        DType::Q5K => DType::Q5_1,
+        DType::Q6K => DType::Q8_0,
+        other => other,
+    };
+    if cols.is_multiple_of(fallback.block_len()) {
+        fallback
+    } else {
+        DType::F16
+    }
 }
 
 /// The layer of a `blk.N.*` tensor, -1 for the others.
@@ -87,7 +109,7 @@ pub fn run(a: QuantizeArgs) -> Result<()> {
         .with_context(|| {
             format!(
                 "--type {}: not a type synaptix quantizes to (f32, f16, bf16, q8_0, q4_0, q4_1, \
-                 q5_0, q5_1)",
+                 q5_0, q5_1, q4_k, q5_k, q6_k)",
                 a.dtype
             )
         })?;
@@ -103,35 +125,32 @@ pub fn run(a: QuantizeArgs) -> Result<()> {
     order.sort_by_key(|t| (layer_of(&t.name), t.name.clone()));
 
     let mut plans = Vec::with_capacity(order.len());
-    let mut kept = Vec::new();
+    // Tensors whose rows do not fit the target's blocks, and the type they get instead.
+    let mut fallbacks = Vec::new();
     for &t in &order {
         let cols = t.shape.dims().last().copied().unwrap_or(0);
-        let plan = if !converts(t) || t.dtype == target {
-            Plan {
-                dtype: t.dtype,
-                convert: false,
+        let dtype = if converts(t) {
+            let fitting = type_for_rows(target, cols);
+            if fitting != target {
+                fallbacks.push(format!("{} ({cols} columns): {fitting}", t.name));
             }
-        } else if !cols.is_multiple_of(target.block_len()) {
-            // Rows that are not whole blocks of the target stay as they are.
-            kept.push(format!("{} ({} columns)", t.name, cols));
-            Plan {
-                dtype: t.dtype,
-                convert: false,
-            }
-        } else if !matches!(t.dtype, DType::F32 | DType::F16 | DType::BF16) && !a.allow_requantize {
+            fitting
+        } else {
+            t.dtype
+        };
+        let convert = dtype != t.dtype;
+        if convert
+            && !matches!(t.dtype, DType::F32 | DType::F16 | DType::BF16)
+            && !a.allow_requantize
+        {
             bail!(
-                "{} is already {}: converting it to {target} quantizes twice; pass \
+                "{} is already {}: converting it to {dtype} quantizes twice; pass \
                  --allow-requantize to do it anyway",
                 t.name,
                 t.dtype
             );
-        } else {
-            Plan {
-                dtype: target,
-                convert: true,
-            }
-        };
-        plans.push(plan);
+        }
+        plans.push(Plan { dtype, convert });
     }
 
     let mut w = GgufWriter::new();
@@ -199,15 +218,15 @@ pub fn run(a: QuantizeArgs) -> Result<()> {
             "type": target.name(),
             "tensors": n,
             "converted": converted,
-            "kept_for_shape": kept,
+            "fallbacks": fallbacks,
             "input_bytes": input.file_len(),
             "output_bytes": out_bytes,
             "seconds": seconds,
         });
         println!("{summary}");
     } else {
-        for k in &kept {
-            eprintln!("note: {k} kept as it is: its rows are not whole {target} blocks");
+        for f in &fallbacks {
+            eprintln!("note: {f} instead of {target}: its rows are not whole {target} blocks");
         }
         println!(
             "{}: {converted} of {n} tensors to {target}, {:.2} MiB -> {:.2} MiB in {seconds:.1} s",

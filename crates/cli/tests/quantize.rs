@@ -1,6 +1,7 @@
-//! `synaptix quantize` against `llama-quantize --pure` (llama.cpp commit 0c1e570): the files it
-//! writes are byte for byte llama.cpp's, whose SHA-256 were recorded when these tests were
-//! written (`llama-quantize --pure [--allow-requantize] IN OUT TYPE` on the same inputs).
+//! `synaptix quantize` against `llama-quantize --pure` (llama.cpp commit 0c1e570; its portable
+//! and AVX-512 builds write the same files): the files it writes are byte for byte llama.cpp's,
+//! whose SHA-256 were recorded when these tests were written (`llama-quantize --pure
+//! [--allow-requantize] IN OUT TYPE` on the same inputs).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -94,8 +95,9 @@ fn every_type_writes_llama_quantize_s_file() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The real Gemma 3 270M Q4_K_M file requantized: same bytes as llama-quantize, and the result
-/// runs.
+/// The real Gemma 3 270M Q4_K_M file requantized to five types (its 640-column matrices fall
+/// back from the k-quants as in llama-quantize: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0): the
+/// same bytes as llama-quantize, and the Q8_0 result runs.
 #[test]
 fn gemma_requantized_matches_llama_quantize_and_runs() {
     let gemma = cache::models_dir().join("gemma-3-270m-q4_k_m.gguf");
@@ -113,6 +115,18 @@ fn gemma_requantized_matches_llama_quantize_and_runs() {
         (
             "q5_1",
             "92fc0f2cb00c278bfcb4cf65cc717f0c18d02aab1493175f0be1354fc94dee04",
+        ),
+        (
+            "q4_k",
+            "d5713b021e4067e05866c5bae7c43663fb89071b2fdd4bd273c7c46356998abc",
+        ),
+        (
+            "q5_k",
+            "ca982b5b0a8a1cdcaf0709caef3b8b7383423cb925a78bcccea214802a91a295",
+        ),
+        (
+            "q6_k",
+            "20343b302ced09851f62ba12410a1bdebfc57b66399a451fcd2a51517a00673b",
         ),
     ] {
         let out = dir.join(format!("{dtype}.gguf"));
@@ -143,6 +157,26 @@ fn gemma_requantized_matches_llama_quantize_and_runs() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Qwen2.5-Coder 0.5B Q4_K_M to Q4_K: 4864-column matrices in Q4_K, 896-column ones fall back to
+/// Q5_0; the same bytes as llama-quantize.
+#[test]
+fn qwen_to_q4_k_matches_llama_quantize() {
+    let qwen = cache::models_dir().join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    assert!(
+        qwen.exists(),
+        "{} is missing: run scripts/fetch-models.sh",
+        qwen.display()
+    );
+    let dir = scratch("qwen");
+    let out = dir.join("q4_k.gguf");
+    quantize(&qwen, &out, "q4_k", true);
+    assert_eq!(
+        sha256(&out),
+        "f6886072ba3985165efb3c0978a6749f5a4f8cc7ef04a486e69a4df6b89fa395"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Wrong types, a requantization not asked for, and an output that is the input are one-line
 /// errors; nothing is left behind.
 #[test]
@@ -153,7 +187,7 @@ fn bad_requests_are_one_line_errors() {
     let (t, out) = (tiny.to_str().unwrap(), dir.join("out.gguf"));
     let o = out.to_str().unwrap();
     for (args, expect) in [
-        (vec!["quantize", t, o, "--type", "q4_k"], "not a type"),
+        (vec!["quantize", t, o, "--type", "q3_k"], "not a type"),
         (
             vec!["quantize", t, o, "--type", "q4_0"],
             "--allow-requantize",

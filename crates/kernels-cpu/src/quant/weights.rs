@@ -11,17 +11,24 @@
 //!
 //! where `/ d` is a multiplication by `id = 1 / d` (0 when `d` is 0), C's float-to-integer
 //! conversions truncate, and `d`, `m` are stored as halves.
+//!
+//! The k-quants (Q4_K, Q5_K, Q6_K; 256-element super-blocks) search for scales the way ggml's
+//! `quantize_row_q{4,5,6}_K_ref` do: per sub-block, a least-squares scale (and minimum) tried
+//! over a range of candidate steps (`best_scale_min`, `best_scale_symmetric`), then the
+//! sub-block scales quantized to 6 (Q4_K, Q5_K) or 8 bits (Q6_K) and the quants recomputed from
+//! the stored scales. Every float operation is ggml's, in its order, without fused multiply-adds
+//! (as its portable build computes them).
 
 use synaptix_core::{DType, Error, Result};
 
-use super::float::{f32_to_bf16, f32_to_f16};
+use super::float::{f16_to_f32, f32_to_bf16, f32_to_f16};
 use super::legacy::c_f32_to_i8;
 
 /// Elements per block of the legacy types.
 const QK: usize = 32;
 
 /// The types [`quantize_weights`] produces.
-pub const QUANTIZE_TARGETS: [DType; 8] = [
+pub const QUANTIZE_TARGETS: [DType; 11] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -30,6 +37,9 @@ pub const QUANTIZE_TARGETS: [DType; 8] = [
     DType::Q4_1,
     DType::Q5_0,
     DType::Q5_1,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
 ];
 
 /// `x` quantized to `dtype`, appended to `out` (`x.len()` must be a whole number of blocks).
@@ -55,6 +65,13 @@ pub fn quantize_weights(dtype: DType, x: &[f32], out: &mut Vec<u8>) -> Result<()
         DType::BF16 => x
             .iter()
             .for_each(|&v| out.extend_from_slice(&f32_to_bf16(v).to_le_bytes())),
+        DType::Q4K => x
+            .chunks_exact(QK_K)
+            .for_each(|b| super_block_q45_k::<4>(b, out)),
+        DType::Q5K => x
+            .chunks_exact(QK_K)
+            .for_each(|b| super_block_q45_k::<5>(b, out)),
+        DType::Q6K => x.chunks_exact(QK_K).for_each(|b| super_block_q6_k(b, out)),
         _ => {
             let block: fn(&[f32], &mut Vec<u8>) = match dtype {
                 DType::Q8_0 => block_q8_0,
@@ -187,6 +204,297 @@ fn block_q5_1(x: &[f32], out: &mut Vec<u8>) {
     push_nibbles(out, &q);
 }
 
+/// Elements per k-quant super-block.
+const QK_K: usize = 256;
+/// ggml's GROUP_MAX_EPS: a sub-block whose values are all below it is all zero.
+const GROUP_MAX_EPS: f32 = 1e-15;
+
+/// ggml's `nearest_int`: round half to even through the float adder (|v| < 2^22).
+fn nearest_int(v: f32) -> i32 {
+    let bits = (v + 12_582_912.0).to_bits() as i32;
+    (bits & 0x007f_ffff) - 0x0040_0000
+}
+
+/// ggml's `make_qkx2_quants`: quants in `0..=nmax` of `x` as `scale · L - min_out` minimising the
+/// `weights`-weighted squared error, trying `nstep + 1` candidate steps around `nmax / range`.
+/// Returns (scale, the minimum as a positive offset `-min`).
+#[allow(clippy::too_many_arguments)]
+fn best_scale_min(
+    x: &[f32],
+    weights: &[f32],
+    nmax: i32,
+    rmin: f32,
+    rdelta: f32,
+    nstep: i32,
+    l_out: &mut [u8],
+) -> (f32, f32) {
+    let n = x.len();
+    let (mut min, mut max) = (x[0], x[0]);
+    let mut sum_w = weights[0];
+    let mut sum_x = sum_w * x[0];
+    for i in 1..n {
+        if x[i] < min {
+            min = x[i];
+        }
+        if x[i] > max {
+            max = x[i];
+        }
+        let w = weights[i];
+        sum_w += w;
+        sum_x += w * x[i];
+    }
+    if min > 0.0 {
+        min = 0.0;
+    }
+    if max == min {
+        l_out.fill(0);
+        return (0.0, -min);
+    }
+    let mut iscale = nmax as f32 / (max - min);
+    let mut scale = 1.0 / iscale;
+    let mut best_error = 0f32;
+    for i in 0..n {
+        let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
+        l_out[i] = l as u8;
+        let diff = scale * l as f32 + min - x[i];
+        best_error += weights[i] * (diff * diff);
+    }
+    let mut aux = [0u8; 32];
+    for is in 0..=nstep {
+        iscale = (rmin + rdelta * is as f32 + nmax as f32) / (max - min);
+        let (mut sum_l, mut sum_l2, mut sum_xl) = (0f32, 0f32, 0f32);
+        for i in 0..n {
+            let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
+            aux[i] = l as u8;
+            let (w, lf) = (weights[i], l as f32);
+            sum_l += w * lf;
+            sum_l2 += w * lf * lf;
+            sum_xl += w * lf * x[i];
+        }
+        let d = sum_w * sum_l2 - sum_l * sum_l;
+        if d > 0.0 {
+            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
+            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d;
+            if this_min > 0.0 {
+                this_min = 0.0;
+                this_scale = sum_xl / sum_l2;
+            }
+            let mut cur_error = 0f32;
+            for i in 0..n {
+                let diff = this_scale * aux[i] as f32 + this_min - x[i];
+                cur_error += weights[i] * (diff * diff);
+            }
+            if cur_error < best_error {
+                l_out[..n].copy_from_slice(&aux[..n]);
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    (scale, -min)
+}
+
+/// ggml's `make_qx_quants` with `rmse_type` 1 and no importance weights (weights `x²`): signed
+/// quants `-nmax..nmax-1`, stored offset by `nmax`, for the best of 19 candidate steps.
+fn best_scale_symmetric(x: &[f32], nmax: i32, l_out: &mut [u8]) -> f32 {
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        l_out.fill(0);
+        return 0.0;
+    }
+    let quant = |iscale: f32, v: f32| nearest_int(iscale * v).clamp(-nmax, nmax - 1);
+    let sums = |iscale: f32| {
+        let (mut sumlx, mut suml2) = (0f32, 0f32);
+        for &v in x {
+            let l = quant(iscale, v) as f32;
+            let w = v * v;
+            sumlx += w * v * l;
+            suml2 += w * l * l;
+        }
+        (sumlx, suml2)
+    };
+    let mut iscale = -(nmax as f32) / max;
+    for (o, &v) in l_out.iter_mut().zip(x) {
+        *o = (quant(iscale, v) + nmax) as u8;
+    }
+    let (sumlx, suml2) = sums(iscale);
+    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
+    let mut best = scale * sumlx;
+    for is in -9..=9 {
+        if is == 0 {
+            continue;
+        }
+        iscale = -(nmax as f32 + 0.1 * is as f32) / max;
+        let (sumlx, suml2) = sums(iscale);
+        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
+            for (o, &v) in l_out.iter_mut().zip(x) {
+                *o = (quant(iscale, v) + nmax) as u8;
+            }
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    scale
+}
+
+/// Q4_K (`BITS` 4) or Q5_K (5): d | dmin | 12 bytes of 6-bit scales and mins | (Q5_K: qh[32]) |
+/// qs[128].
+fn super_block_q45_k<const BITS: u32>(x: &[f32], out: &mut Vec<u8>) {
+    let nmax = (1i32 << BITS) - 1;
+    let (rmin, nstep) = if BITS == 4 { (-1.0, 20) } else { (-0.5, 15) };
+    let mut l = [0u8; QK_K];
+    let (mut scales, mut mins) = ([0f32; 8], [0f32; 8]);
+    let (mut max_scale, mut max_min) = (0f32, 0f32);
+    for j in 0..8 {
+        let xs = &x[32 * j..32 * j + 32];
+        let mut sum_x2 = 0f32;
+        for &v in xs {
+            sum_x2 += v * v;
+        }
+        let av_x = (sum_x2 / 32.0).sqrt();
+        let mut weights = [0f32; 32];
+        for (w, &v) in weights.iter_mut().zip(xs) {
+            *w = av_x + v.abs();
+        }
+        let (scale, min) = best_scale_min(
+            xs,
+            &weights,
+            nmax,
+            rmin,
+            0.1,
+            nstep,
+            &mut l[32 * j..32 * j + 32],
+        );
+        scales[j] = scale;
+        mins[j] = min;
+        if scale > max_scale {
+            max_scale = scale;
+        }
+        if min > max_min {
+            max_min = min;
+        }
+    }
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
+    let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    let mut packed = [0u8; 12];
+    for j in 0..8 {
+        // C stores the int in a uint8_t (mod 256), then caps it at 63.
+        let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
+        let lm = (nearest_int(inv_min * mins[j]) as u8).min(63);
+        if j < 4 {
+            packed[j] = ls;
+            packed[j + 4] = lm;
+        } else {
+            packed[j + 4] = (ls & 0xf) | ((lm & 0xf) << 4);
+            packed[j - 4] |= (ls >> 4) << 6;
+            packed[j] |= (lm >> 4) << 6;
+        }
+    }
+    let d_bits = f32_to_f16(max_scale / 63.0);
+    let dmin_bits = f32_to_f16(max_min / 63.0);
+    let (d_all, dmin_all) = (f16_to_f32(d_bits), f16_to_f32(dmin_bits));
+    for j in 0..8 {
+        let (sc, m) = if j < 4 {
+            (packed[j] & 63, packed[j + 4] & 63)
+        } else {
+            (
+                (packed[j + 4] & 0xf) | ((packed[j - 4] >> 6) << 4),
+                (packed[j + 4] >> 4) | ((packed[j] >> 6) << 4),
+            )
+        };
+        let d = d_all * sc as f32;
+        if d == 0.0 {
+            continue;
+        }
+        let dm = dmin_all * m as f32;
+        for i in 0..32 {
+            l[32 * j + i] = nearest_int((x[32 * j + i] + dm) / d).clamp(0, nmax) as u8;
+        }
+    }
+    out.extend_from_slice(&d_bits.to_le_bytes());
+    out.extend_from_slice(&dmin_bits.to_le_bytes());
+    out.extend_from_slice(&packed);
+    if BITS == 5 {
+        // Bit 4 of element 64c + j goes to bit 2c of qh[j], of element 64c + 32 + j to 2c + 1.
+        let mut qh = [0u8; 32];
+        for c in 0..4 {
+            for j in 0..32 {
+                qh[j] |= ((l[64 * c + j] >> 4) & 1) << (2 * c);
+                qh[j] |= ((l[64 * c + 32 + j] >> 4) & 1) << (2 * c + 1);
+            }
+        }
+        out.extend_from_slice(&qh);
+    }
+    for c in 0..4 {
+        for j in 0..32 {
+            out.push((l[64 * c + j] & 0xf) | ((l[64 * c + 32 + j] & 0xf) << 4));
+        }
+    }
+}
+
+/// Q6_K: ql[128] | qh[64] | 16 int8 scales | d.
+fn super_block_q6_k(x: &[f32], out: &mut Vec<u8>) {
+    let mut l = [0u8; QK_K];
+    let mut scales = [0f32; 16];
+    let (mut max_scale, mut max_abs_scale) = (0f32, 0f32);
+    for ib in 0..16 {
+        let scale =
+            best_scale_symmetric(&x[16 * ib..16 * ib + 16], 32, &mut l[16 * ib..16 * ib + 16]);
+        scales[ib] = scale;
+        if scale.abs() > max_abs_scale {
+            max_abs_scale = scale.abs();
+            max_scale = scale;
+        }
+    }
+    if max_abs_scale < GROUP_MAX_EPS {
+        out.extend_from_slice(&[0u8; 210]);
+        return;
+    }
+    let iscale = -128.0 / max_scale;
+    let d_bits = f32_to_f16(1.0 / iscale);
+    let d_all = f16_to_f32(d_bits);
+    let mut sc = [0i8; 16];
+    for ib in 0..16 {
+        sc[ib] = nearest_int(iscale * scales[ib]).min(127) as i8;
+    }
+    for j in 0..16 {
+        let d = d_all * sc[j] as f32;
+        if d == 0.0 {
+            continue;
+        }
+        for i in 0..16 {
+            l[16 * j + i] = (nearest_int(x[16 * j + i] / d).clamp(-32, 31) + 32) as u8;
+        }
+    }
+    let (mut ql, mut qh) = ([0u8; 128], [0u8; 64]);
+    for h in 0..2 {
+        let (lq, hq, lb) = (&mut ql[64 * h..], &mut qh[32 * h..], &l[128 * h..]);
+        for i in 0..32 {
+            lq[i] = (lb[i] & 0xf) | ((lb[i + 64] & 0xf) << 4);
+            lq[i + 32] = (lb[i + 32] & 0xf) | ((lb[i + 96] & 0xf) << 4);
+            hq[i] = (lb[i] >> 4)
+                | ((lb[i + 32] >> 4) << 2)
+                | ((lb[i + 64] >> 4) << 4)
+                | ((lb[i + 96] >> 4) << 6);
+        }
+    }
+    out.extend_from_slice(&ql);
+    out.extend_from_slice(&qh);
+    out.extend(sc.iter().map(|&v| v as u8));
+    out.extend_from_slice(&d_bits.to_le_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,20 +535,26 @@ mod tests {
             for (b, (block, got)) in x.chunks(32).zip(back.chunks(32)).enumerate() {
                 let (min, max) = min_max(block);
                 let amax = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+                // The k-quants' sub-block scales are 6- or 8-bit fractions of their super-block's.
+                let sb = &x[b / 8 * 256..(b / 8 * 256 + 256).min(x.len())];
+                let (sb_min, sb_max) = min_max(sb);
+                let sb_range = sb_max - sb_min.min(0.0);
                 let step = match dtype {
                     DType::Q8_0 => amax / 127.0,
                     DType::Q4_0 => amax / 8.0,
                     DType::Q5_0 => amax / 16.0,
                     DType::Q4_1 => (max - min) / 15.0,
                     DType::Q5_1 => (max - min) / 31.0,
+                    DType::Q4K => sb_range / 15.0,
+                    DType::Q5K => sb_range / 31.0,
+                    DType::Q6K => sb_range / 32.0,
                     _ => amax / 256.0,
                 };
                 // Q4_0 / Q5_0 reach -8d..7d (-16d..15d): the end opposite the extreme value is
-                // clamped a whole step short.
-                let steps = if matches!(dtype, DType::Q4_0 | DType::Q5_0) {
-                    1.0
-                } else {
-                    0.5
+                // clamped a whole step short; the k-quants' search trades steps for fit.
+                let steps = match dtype {
+                    DType::Q4_0 | DType::Q5_0 | DType::Q4K | DType::Q5K | DType::Q6K => 1.0,
+                    _ => 0.5,
                 };
                 for (i, (&a, &g)) in block.iter().zip(got).enumerate() {
                     // Halves round d and m; allow for that beyond the rounding.
@@ -258,7 +572,8 @@ mod tests {
     fn partial_blocks_and_other_types_are_errors() {
         let mut out = Vec::new();
         assert!(quantize_weights(DType::Q4_0, &[0.0; 33], &mut out).is_err());
-        assert!(quantize_weights(DType::Q4K, &[0.0; 256], &mut out).is_err());
+        assert!(quantize_weights(DType::Q3K, &[0.0; 256], &mut out).is_err());
+        assert!(quantize_weights(DType::Q4K, &[0.0; 255], &mut out).is_err());
         assert!(out.is_empty());
     }
 }
