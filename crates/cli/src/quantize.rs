@@ -1,10 +1,15 @@
-//! `synaptix quantize`: a GGUF file's weight matrices to another type, the rest as is.
+//! `synaptix quantize`: a GGUF file's weight matrices to another type, the rest as is, with
+//! llama-quantize's presets.
 //!
-//! Which tensors change follows `llama-quantize --pure`: every tensor of two or more dimensions
-//! whose name ends in `weight`, except norms (`*_norm.weight`), takes the target type; the
-//! quantized bytes are the ones ggml's reference quantizers give (see
-//! `synaptix_kernels_cpu::quantize_weights`). The output is written as it is computed, one
-//! tensor at a time, so a model never sits in memory whole.
+//! Which tensors change, and to what, follows `llama-quantize`: tensors of two or more
+//! dimensions whose name ends in `weight` (norms and a few small kinds excepted) take the
+//! preset's type, except where the preset gives some more bits (Q4_K_M: the output matrix, and
+//! half the attention values and FFN down projections in Q6_K), and rows that are not whole
+//! blocks fall back (Q4_K to Q5_0, ...). `--pure` gives every matrix the preset's type. The
+//! quantized bytes are ggml's reference quantizers' (see `synaptix_kernels_cpu::quantize_weights`),
+//! and the file is laid out as llama-quantize lays it out, so the two write the same bytes. The
+//! output is written as it is computed, one tensor at a time, so a model never sits in memory
+//! whole.
 
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::PathBuf;
@@ -15,13 +20,15 @@ use clap::Args;
 use rayon::prelude::*;
 use synaptix_bundle::gguf::{GgufFile, GgufWriter, TensorInfo, Value};
 use synaptix_core::DType;
-use synaptix_kernels_cpu::{dequantize, quantize_weights, QUANTIZE_TARGETS};
+use synaptix_kernels_cpu::{dequantize, quantize_weights};
 
 #[derive(Args)]
 #[command(
-    after_help = "Types: f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q5_k, q6_k.\n\n\
+    after_help = "Presets (llama-quantize's): f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k_s,\n\
+    q4_k_m (or q4_k), q5_k_s, q5_k_m (or q5_k), q6_k.\n\n\
     Examples:\n  \
-    synaptix quantize model-f16.gguf model-q8_0.gguf --type q8_0\n  \
+    synaptix quantize model-f16.gguf model-q4_k_m.gguf --type q4_k_m\n  \
+    synaptix quantize model-f16.gguf model-q8_0.gguf --type q8_0 --pure\n  \
     synaptix quantize model-q8_0.gguf model-q4_0.gguf --type q4_0 --allow-requantize --json"
 )]
 pub struct QuantizeArgs {
@@ -29,9 +36,12 @@ pub struct QuantizeArgs {
     pub input: PathBuf,
     /// The GGUF file to write (replaced if it exists)
     pub output: PathBuf,
-    /// Type of the weight matrices in the output
+    /// The preset: the type of the weight matrices (some get more bits, as in llama-quantize)
     #[arg(long = "type", value_name = "TYPE")]
     pub dtype: String,
+    /// Every matrix in the preset's type (no extra bits for the output and some layers)
+    #[arg(long)]
+    pub pure: bool,
     /// Also convert matrices that are already quantized (their dequantized values are
     /// quantized again, which loses more precision than quantizing the originals)
     #[arg(long)]
@@ -44,26 +54,139 @@ pub struct QuantizeArgs {
     pub json: bool,
 }
 
-/// llama.cpp's `llama_ftype` for a file whose matrices are `dtype` (`general.file_type`).
-fn file_type(dtype: DType) -> u32 {
-    match dtype {
-        DType::F32 => 0,
-        DType::F16 => 1,
-        DType::Q4_0 => 2,
-        DType::Q4_1 => 3,
-        DType::Q8_0 => 7,
-        DType::Q5_0 => 8,
-        DType::Q5_1 => 9,
-        DType::Q4K => 15, // LLAMA_FTYPE_MOSTLY_Q4_K_M
-        DType::Q5K => 17, // LLAMA_FTYPE_MOSTLY_Q5_K_M
-        DType::Q6K => 18,
-        _ => 32, // BF16
-    }
+/// How a preset gives some matrices more bits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mix {
+    /// Only the output matrix (Q6_K, or Q8_0 where its rows do not fit).
+    Output,
+    /// Q4_K_S: also the first four attention values and the first eighth of the FFN down
+    /// projections in Q5_K.
+    Q4KS,
+    /// Q4_K_M / Q5_K_M: also half the attention values and FFN down projections in Q6_K.
+    KM,
 }
 
-/// Whether `llama-quantize --pure` converts this tensor.
+/// A llama-quantize preset.
+struct Preset {
+    name: &'static str,
+    dtype: DType,
+    /// llama.cpp's `llama_ftype` (`general.file_type`).
+    file_type: u32,
+    mix: Mix,
+}
+
+const PRESETS: [Preset; 13] = [
+    Preset {
+        name: "f32",
+        dtype: DType::F32,
+        file_type: 0,
+        mix: Mix::Output,
+    },
+    Preset {
+        name: "f16",
+        dtype: DType::F16,
+        file_type: 1,
+        mix: Mix::Output,
+    },
+    Preset {
+        name: "bf16",
+        dtype: DType::BF16,
+        file_type: 32,
+        mix: Mix::Output,
+    },
+    Preset {
+        name: "q8_0",
+        dtype: DType::Q8_0,
+        file_type: 7,
+        mix: Mix::Output,
+    },
+    Preset {
+        name: "q4_0",
+        dtype: DType::Q4_0,
+        file_type: 2,
+        mix: Mix::Output,
+    },
+    Preset {
+        name: "q4_1",
+        dtype: DType::Q4_1,
+        file_type: 3,
+        mix: Mix::Output,
+    },
+    Preset {
+        name: "q5_0",
+        dtype: DType::Q5_0,
+        file_type: 8,
+        mix: Mix::Output,
+    },
+    Preset {
+        name: "q5_1",
+        dtype: DType::Q5_1,
+        file_type: 9,
+        mix: Mix::Output,
+    },
+    Preset {
+        name: "q4_k_s",
+        dtype: DType::Q4K,
+        file_type: 14,
+        mix: Mix::Q4KS,
+    },
+    Preset {
+        name: "q4_k_m",
+        dtype: DType::Q4K,
+        file_type: 15,
+        mix: Mix::KM,
+    },
+    Preset {
+        name: "q5_k_s",
+        dtype: DType::Q5K,
+        file_type: 16,
+        mix: Mix::Output,
+    },
+    Preset {
+        name: "q5_k_m",
+        dtype: DType::Q5K,
+        file_type: 17,
+        mix: Mix::KM,
+    },
+    Preset {
+        name: "q6_k",
+        dtype: DType::Q6K,
+        file_type: 18,
+        mix: Mix::Output,
+    },
+];
+
+fn preset(name: &str) -> Option<&'static Preset> {
+    let name = name.to_ascii_lowercase();
+    let name = match name.as_str() {
+        "q4_k" => "q4_k_m",
+        "q5_k" => "q5_k_m",
+        other => other,
+    };
+    PRESETS.iter().find(|p| p.name == name)
+}
+
+/// Whether llama-quantize converts this tensor at all: two or more dimensions, a name ending in
+/// `weight`, and not a norm or one of the small kinds it keeps.
 fn converts(t: &TensorInfo) -> bool {
-    t.shape.rank() >= 2 && t.name.ends_with("weight") && !t.name.ends_with("_norm.weight")
+    const KEPT: [&str; 11] = [
+        "_norm.weight",
+        "ffn_gate_inp.weight",
+        "ffn_gate_tid2eid.weight",
+        "altup",
+        "laurel",
+        "per_layer_model_proj",
+        "ssm_conv1d",
+        "shortconv.conv.weight",
+        "attn_rel_b.weight",
+        ".position_embd",
+        ".patch_embd",
+    ];
+    t.shape.rank() >= 2
+        && t.name.ends_with("weight")
+        && !KEPT.iter().any(|k| t.name.contains(k))
+        && t.name != "position_embd.weight"
+        && t.name != "token_types.weight"
 }
 
 /// `target`, or what llama-quantize falls back to for rows of `cols` that are not whole
@@ -93,6 +216,73 @@ fn layer_of(name: &str) -> i64 {
         .unwrap_or(-1)
 }
 
+/// llama-quantize's choice of types for the matrices of one file, fed in its order (by layer).
+struct Mixer<'p> {
+    preset: &'p Preset,
+    pure: bool,
+    n_layer: usize,
+    /// Attention-value matrices (`attn_v`, `attn_qkv`, `attn_kv_b`) in the file, and seen so far.
+    n_attn_v: usize,
+    i_attn_v: usize,
+    /// FFN down projections seen so far.
+    i_ffn_down: usize,
+    /// No `output.weight`: the token embeddings serve as the output matrix too.
+    tied: bool,
+}
+
+fn is_attn_v(name: &str) -> bool {
+    ["attn_v.weight", "attn_qkv.weight", "attn_kv_b.weight"]
+        .iter()
+        .any(|k| name.contains(k))
+}
+
+impl Mixer<'_> {
+    /// llama.cpp's `use_more_bits`: the first and last eighth of the layers, and every third
+    /// between.
+    fn more_bits(i: usize, n: usize) -> bool {
+        let (i, n) = (i as i64, n as i64);
+        i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
+    }
+
+    /// The type of matrix `name` with rows of `cols`.
+    fn choose(&mut self, name: &str, cols: usize) -> DType {
+        let base = self.preset.dtype;
+        let quantized = !matches!(base, DType::F32 | DType::F16 | DType::BF16);
+        if !quantized {
+            return base;
+        }
+        let mut ty = base;
+        if !self.pure {
+            let output = name == "output.weight" || (self.tied && name == "token_embd.weight");
+            if output {
+                if !cols.is_multiple_of(base.block_len()) {
+                    ty = DType::Q8_0;
+                } else if base != DType::Q8_0 {
+                    ty = DType::Q6K;
+                }
+            } else if name == "token_embd.weight" {
+                // The presets here leave untied token embeddings at the base type.
+            } else if is_attn_v(name) {
+                match self.preset.mix {
+                    Mix::KM if Self::more_bits(self.i_attn_v, self.n_attn_v) => ty = DType::Q6K,
+                    Mix::Q4KS if self.i_attn_v < 4 => ty = DType::Q5K,
+                    _ => {}
+                }
+                self.i_attn_v += 1;
+            } else if name.contains("ffn_down") {
+                let i = self.i_ffn_down;
+                match self.preset.mix {
+                    Mix::KM if Self::more_bits(i, self.n_layer) => ty = DType::Q6K,
+                    Mix::Q4KS if i < self.n_layer / 8 => ty = DType::Q5K,
+                    _ => {}
+                }
+                self.i_ffn_down += 1;
+            }
+        }
+        type_for_rows(ty, cols)
+    }
+}
+
 /// What happens to one tensor.
 struct Plan {
     dtype: DType,
@@ -102,17 +292,17 @@ struct Plan {
 
 pub fn run(a: QuantizeArgs) -> Result<()> {
     crate::threads::init(a.threads)?;
-    let target = QUANTIZE_TARGETS
-        .iter()
-        .copied()
-        .find(|d| d.name().eq_ignore_ascii_case(&a.dtype))
-        .with_context(|| {
-            format!(
-                "--type {}: not a type synaptix quantizes to (f32, f16, bf16, q8_0, q4_0, q4_1, \
-                 q5_0, q5_1, q4_k, q5_k, q6_k)",
-                a.dtype
-            )
-        })?;
+    let preset = preset(&a.dtype).with_context(|| {
+        format!(
+            "--type {}: not a preset synaptix quantizes to ({})",
+            a.dtype,
+            PRESETS
+                .iter()
+                .map(|p| p.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    })?;
     let start = Instant::now();
     let input = GgufFile::open(&a.input)?;
     if a.input.canonicalize().ok() == a.output.canonicalize().ok() {
@@ -124,20 +314,32 @@ pub fn run(a: QuantizeArgs) -> Result<()> {
     let mut order: Vec<&TensorInfo> = input.tensors().iter().collect();
     order.sort_by_key(|t| (layer_of(&t.name), t.name.clone()));
 
+    let n_layer = input
+        .get_str("general.architecture")?
+        .and_then(|arch| input.get_u64(&format!("{arch}.block_count")).ok().flatten())
+        .unwrap_or(0) as usize;
+    let mut mixer = Mixer {
+        preset,
+        pure: a.pure,
+        n_layer,
+        n_attn_v: order.iter().filter(|t| is_attn_v(&t.name)).count(),
+        i_attn_v: 0,
+        i_ffn_down: 0,
+        tied: !order.iter().any(|t| t.name == "output.weight"),
+    };
     let mut plans = Vec::with_capacity(order.len());
-    // Tensors whose rows do not fit the target's blocks, and the type they get instead.
+    // Matrices whose rows do not fit the type they would get, and the type they get instead.
     let mut fallbacks = Vec::new();
     for &t in &order {
         let cols = t.shape.dims().last().copied().unwrap_or(0);
         let dtype = if converts(t) {
-            let fitting = type_for_rows(target, cols);
-            if fitting != target {
-                fallbacks.push(format!("{} ({cols} columns): {fitting}", t.name));
-            }
-            fitting
+            mixer.choose(&t.name, cols)
         } else {
             t.dtype
         };
+        if converts(t) && !cols.is_multiple_of(preset.dtype.block_len()) {
+            fallbacks.push(format!("{} ({cols} columns): {dtype}", t.name));
+        }
         let convert = dtype != t.dtype;
         if convert
             && !matches!(t.dtype, DType::F32 | DType::F16 | DType::BF16)
@@ -163,7 +365,7 @@ pub fn run(a: QuantizeArgs) -> Result<()> {
         }
     }
     w.add_metadata("general.quantization_version", Value::U32(2));
-    w.add_metadata("general.file_type", Value::U32(file_type(target)));
+    w.add_metadata("general.file_type", Value::U32(preset.file_type));
     for (t, plan) in order.iter().zip(&plans) {
         let dims: Vec<u64> = t.shape.dims().iter().map(|&d| d as u64).collect();
         let elements = t.elements() as usize;
@@ -215,7 +417,8 @@ pub fn run(a: QuantizeArgs) -> Result<()> {
         let summary = serde_json::json!({
             "input": a.input.display().to_string(),
             "output": a.output.display().to_string(),
-            "type": target.name(),
+            "type": preset.name,
+            "pure": a.pure,
             "tensors": n,
             "converted": converted,
             "fallbacks": fallbacks,
@@ -226,11 +429,15 @@ pub fn run(a: QuantizeArgs) -> Result<()> {
         println!("{summary}");
     } else {
         for f in &fallbacks {
-            eprintln!("note: {f} instead of {target}: its rows are not whole {target} blocks");
+            eprintln!("note: {f}: its rows are not whole {} blocks", preset.dtype);
         }
         println!(
-            "{}: {converted} of {n} tensors to {target}, {:.2} MiB -> {:.2} MiB in {seconds:.1} s",
+            "{}: {converted} of {n} tensors converted ({} preset{}, {} with rows that fall \
+             back), {:.2} MiB -> {:.2} MiB in {seconds:.1} s",
             a.output.display(),
+            preset.name,
+            if a.pure { ", pure" } else { "" },
+            fallbacks.len(),
             input.file_len() as f64 / (1 << 20) as f64,
             out_bytes as f64 / (1 << 20) as f64,
         );

@@ -30,12 +30,11 @@ fn scratch(tag: &str) -> PathBuf {
     dir
 }
 
-fn quantize(input: &Path, output: &Path, dtype: &str, requantize: bool) {
+/// `synaptix quantize INPUT OUTPUT --type DTYPE` plus `extra` flags; it must succeed.
+fn quantize(input: &Path, output: &Path, dtype: &str, extra: &[&str]) {
     let (i, o) = (input.to_str().unwrap(), output.to_str().unwrap());
     let mut args = vec!["quantize", i, o, "--type", dtype];
-    if requantize {
-        args.push("--allow-requantize");
-    }
+    args.extend_from_slice(extra);
     let out = synaptix(&args);
     assert!(
         out.status.success(),
@@ -44,15 +43,15 @@ fn quantize(input: &Path, output: &Path, dtype: &str, requantize: bool) {
     );
 }
 
-/// The tiny synthetic llama (F16, Q8_0 and F32 tensors) to F32, then to every type synaptix
-/// quantizes to: each file equals llama-quantize's.
+/// The tiny synthetic llama (F16, Q8_0 and F32 tensors) to F32, then `--pure` to every float and
+/// 32-element type: each file equals llama-quantize's.
 #[test]
 fn every_type_writes_llama_quantize_s_file() {
     let dir = scratch("tiny");
     let tiny = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/fixtures/synthetic/llama-tiny.gguf");
     let f32 = dir.join("f32.gguf");
-    quantize(&tiny, &f32, "f32", true);
+    quantize(&tiny, &f32, "f32", &["--allow-requantize"]);
     assert_eq!(
         sha256(&f32),
         "d1d5a6e67baded528375335ae9d07428ed36e10df0153bd20b5277bb6f39a44e",
@@ -89,7 +88,7 @@ fn every_type_writes_llama_quantize_s_file() {
         ),
     ] {
         let out = dir.join(format!("{dtype}.gguf"));
-        quantize(&f32, &out, dtype, false);
+        quantize(&f32, &out, dtype, &["--pure"]);
         assert_eq!(sha256(&out), want, "{dtype}");
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -130,7 +129,7 @@ fn gemma_requantized_matches_llama_quantize_and_runs() {
         ),
     ] {
         let out = dir.join(format!("{dtype}.gguf"));
-        quantize(&gemma, &out, dtype, true);
+        quantize(&gemma, &out, dtype, &["--pure", "--allow-requantize"]);
         assert_eq!(sha256(&out), want, "gemma {dtype}");
     }
     let run = synaptix(&[
@@ -169,11 +168,51 @@ fn qwen_to_q4_k_matches_llama_quantize() {
     );
     let dir = scratch("qwen");
     let out = dir.join("q4_k.gguf");
-    quantize(&qwen, &out, "q4_k", true);
+    quantize(&qwen, &out, "q4_k", &["--pure", "--allow-requantize"]);
     assert_eq!(
         sha256(&out),
         "f6886072ba3985165efb3c0978a6749f5a4f8cc7ef04a486e69a4df6b89fa395"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The presets' mixtures (which matrices get more bits), as llama-quantize chooses them. Gemma 3
+/// 270M's published Q4_K_M file, requantized with the Q4_K_M preset, comes back byte for byte
+/// (its quants are a fixed point of ggml's quantizers), as it does with llama-quantize.
+#[test]
+fn presets_mix_types_like_llama_quantize() {
+    let models = cache::models_dir();
+    let gemma = models.join("gemma-3-270m-q4_k_m.gguf");
+    let qwen = models.join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    let dir = scratch("presets");
+    let tiny = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/synthetic/llama-tiny.gguf");
+    for (input, dtype, want) in [
+        (
+            &gemma,
+            "q4_k_m",
+            "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        ),
+        (
+            &gemma,
+            "q4_0",
+            "8b90dc09855b7fc6fe7d3bec8afbe0e27541fa3ed72eb0b3b2ea0e56f3b47d88",
+        ),
+        (
+            &qwen,
+            "q4_k_m",
+            "2af77c2d2582f43afd59e659e427600c73e9ef83a8a49ea320d134bbce498a7a",
+        ),
+        (
+            &tiny,
+            "q4_0",
+            "7e30877cf304f063d2253602a08d347f812399a62b23b4acc4c96138be615ee7",
+        ),
+    ] {
+        let out = dir.join(format!("{dtype}.gguf"));
+        quantize(input, &out, dtype, &["--allow-requantize"]);
+        assert_eq!(sha256(&out), want, "{} {dtype}", input.display());
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -187,7 +226,7 @@ fn bad_requests_are_one_line_errors() {
     let (t, out) = (tiny.to_str().unwrap(), dir.join("out.gguf"));
     let o = out.to_str().unwrap();
     for (args, expect) in [
-        (vec!["quantize", t, o, "--type", "q3_k"], "not a type"),
+        (vec!["quantize", t, o, "--type", "q3_k"], "not a preset"),
         (
             vec!["quantize", t, o, "--type", "q4_0"],
             "--allow-requantize",
