@@ -24,8 +24,9 @@ use synaptix_kernels_cpu::{dequantize, quantize_weights};
 
 #[derive(Args)]
 #[command(
-    after_help = "Presets (llama-quantize's): f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_k_s,\n\
-    q4_k_m (or q4_k), q5_k_s, q5_k_m (or q5_k), q6_k.\n\n\
+    after_help = "Presets (llama-quantize's): f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k,\n\
+    q3_k_s, q3_k_m (or q3_k), q3_k_l, q4_k_s, q4_k_m (or q4_k), q5_k_s, q5_k_m (or q5_k),\n\
+    q6_k.\n\n\
     Examples:\n  \
     synaptix quantize model-f16.gguf model-q4_k_m.gguf --type q4_k_m\n  \
     synaptix quantize model-f16.gguf model-q8_0.gguf --type q8_0 --pure\n  \
@@ -64,6 +65,15 @@ enum Mix {
     Q4KS,
     /// Q4_K_M / Q5_K_M: also half the attention values and FFN down projections in Q6_K.
     KM,
+    /// Q2_K: attention values in Q3_K (Q4_K with four or more query heads per KV head), FFN
+    /// down and attention output projections in Q3_K.
+    Q2K,
+    /// Q3_K_M: the first two attention values in Q5_K and the others in Q4_K, the first
+    /// sixteenth of the FFN down projections in Q5_K and the others in Q4_K, attention outputs
+    /// in Q4_K.
+    Q3KM,
+    /// Q3_K_L: attention values, FFN down and attention output projections in Q5_K.
+    Q3KL,
 }
 
 /// A llama-quantize preset.
@@ -75,90 +85,39 @@ struct Preset {
     mix: Mix,
 }
 
-const PRESETS: [Preset; 13] = [
+const fn preset_of(name: &'static str, dtype: DType, file_type: u32, mix: Mix) -> Preset {
     Preset {
-        name: "f32",
-        dtype: DType::F32,
-        file_type: 0,
-        mix: Mix::Output,
-    },
-    Preset {
-        name: "f16",
-        dtype: DType::F16,
-        file_type: 1,
-        mix: Mix::Output,
-    },
-    Preset {
-        name: "bf16",
-        dtype: DType::BF16,
-        file_type: 32,
-        mix: Mix::Output,
-    },
-    Preset {
-        name: "q8_0",
-        dtype: DType::Q8_0,
-        file_type: 7,
-        mix: Mix::Output,
-    },
-    Preset {
-        name: "q4_0",
-        dtype: DType::Q4_0,
-        file_type: 2,
-        mix: Mix::Output,
-    },
-    Preset {
-        name: "q4_1",
-        dtype: DType::Q4_1,
-        file_type: 3,
-        mix: Mix::Output,
-    },
-    Preset {
-        name: "q5_0",
-        dtype: DType::Q5_0,
-        file_type: 8,
-        mix: Mix::Output,
-    },
-    Preset {
-        name: "q5_1",
-        dtype: DType::Q5_1,
-        file_type: 9,
-        mix: Mix::Output,
-    },
-    Preset {
-        name: "q4_k_s",
-        dtype: DType::Q4K,
-        file_type: 14,
-        mix: Mix::Q4KS,
-    },
-    Preset {
-        name: "q4_k_m",
-        dtype: DType::Q4K,
-        file_type: 15,
-        mix: Mix::KM,
-    },
-    Preset {
-        name: "q5_k_s",
-        dtype: DType::Q5K,
-        file_type: 16,
-        mix: Mix::Output,
-    },
-    Preset {
-        name: "q5_k_m",
-        dtype: DType::Q5K,
-        file_type: 17,
-        mix: Mix::KM,
-    },
-    Preset {
-        name: "q6_k",
-        dtype: DType::Q6K,
-        file_type: 18,
-        mix: Mix::Output,
-    },
+        name,
+        dtype,
+        file_type,
+        mix,
+    }
+}
+
+const PRESETS: [Preset; 17] = [
+    preset_of("f32", DType::F32, 0, Mix::Output),
+    preset_of("f16", DType::F16, 1, Mix::Output),
+    preset_of("bf16", DType::BF16, 32, Mix::Output),
+    preset_of("q8_0", DType::Q8_0, 7, Mix::Output),
+    preset_of("q4_0", DType::Q4_0, 2, Mix::Output),
+    preset_of("q4_1", DType::Q4_1, 3, Mix::Output),
+    preset_of("q5_0", DType::Q5_0, 8, Mix::Output),
+    preset_of("q5_1", DType::Q5_1, 9, Mix::Output),
+    preset_of("q2_k", DType::Q2K, 10, Mix::Q2K),
+    preset_of("q3_k_s", DType::Q3K, 11, Mix::Output),
+    preset_of("q3_k_m", DType::Q3K, 12, Mix::Q3KM),
+    preset_of("q3_k_l", DType::Q3K, 13, Mix::Q3KL),
+    preset_of("q4_k_s", DType::Q4K, 14, Mix::Q4KS),
+    preset_of("q4_k_m", DType::Q4K, 15, Mix::KM),
+    preset_of("q5_k_s", DType::Q5K, 16, Mix::Output),
+    preset_of("q5_k_m", DType::Q5K, 17, Mix::KM),
+    preset_of("q6_k", DType::Q6K, 18, Mix::Output),
 ];
 
 fn preset(name: &str) -> Option<&'static Preset> {
     let name = name.to_ascii_lowercase();
     let name = match name.as_str() {
+        "q3_k" => "q3_k_m",
         "q4_k" => "q4_k_m",
         "q5_k" => "q5_k_m",
         other => other,
@@ -190,12 +149,14 @@ fn converts(t: &TensorInfo) -> bool {
 }
 
 /// `target`, or what llama-quantize falls back to for rows of `cols` that are not whole
-/// blocks of it: Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, and F16 when even that does not fit.
+/// blocks of it: Q2_K and Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, and F16 when
+/// even that does not fit.
 fn type_for_rows(target: DType, cols: usize) -> DType {
     if cols.is_multiple_of(target.block_len()) {
         return target;
     }
     let fallback = match target {
+        DType::Q2K | DType::Q3K => DType::Q4_0,
         DType::Q4K => DType::Q5_0,
         DType::Q5K => DType::Q5_1,
         DType::Q6K => DType::Q8_0,
@@ -221,6 +182,8 @@ struct Mixer<'p> {
     preset: &'p Preset,
     pure: bool,
     n_layer: usize,
+    /// Query heads per KV head.
+    n_gqa: usize,
     /// Attention-value matrices (`attn_v`, `attn_qkv`, `attn_kv_b`) in the file, and seen so far.
     n_attn_v: usize,
     i_attn_v: usize,
@@ -263,20 +226,34 @@ impl Mixer<'_> {
             } else if name == "token_embd.weight" {
                 // The presets here leave untied token embeddings at the base type.
             } else if is_attn_v(name) {
+                let (i, gqa4) = (self.i_attn_v, self.n_gqa >= 4);
                 match self.preset.mix {
-                    Mix::KM if Self::more_bits(self.i_attn_v, self.n_attn_v) => ty = DType::Q6K,
-                    Mix::Q4KS if self.i_attn_v < 4 => ty = DType::Q5K,
+                    Mix::Q2K => ty = if gqa4 { DType::Q4K } else { DType::Q3K },
+                    Mix::Q3KM => ty = if i < 2 { DType::Q5K } else { DType::Q4K },
+                    Mix::Q3KL => ty = DType::Q5K,
+                    Mix::KM if Self::more_bits(i, self.n_attn_v) => ty = DType::Q6K,
+                    Mix::Q4KS if i < 4 => ty = DType::Q5K,
                     _ => {}
                 }
                 self.i_attn_v += 1;
             } else if name.contains("ffn_down") {
-                let i = self.i_ffn_down;
+                let (i, n) = (self.i_ffn_down, self.n_layer);
                 match self.preset.mix {
-                    Mix::KM if Self::more_bits(i, self.n_layer) => ty = DType::Q6K,
-                    Mix::Q4KS if i < self.n_layer / 8 => ty = DType::Q5K,
+                    Mix::Q2K => ty = DType::Q3K,
+                    Mix::Q3KM => ty = if i < n / 16 { DType::Q5K } else { DType::Q4K },
+                    Mix::Q3KL => ty = DType::Q5K,
+                    Mix::KM if Self::more_bits(i, n) => ty = DType::Q6K,
+                    Mix::Q4KS if i < n / 8 => ty = DType::Q5K,
                     _ => {}
                 }
                 self.i_ffn_down += 1;
+            } else if name.contains("attn_output.weight") {
+                match self.preset.mix {
+                    Mix::Q2K => ty = DType::Q3K,
+                    Mix::Q3KM => ty = DType::Q4K,
+                    Mix::Q3KL => ty = DType::Q5K,
+                    _ => {}
+                }
             }
         }
         type_for_rows(ty, cols)
@@ -318,10 +295,23 @@ pub fn run(a: QuantizeArgs) -> Result<()> {
         .get_str("general.architecture")?
         .and_then(|arch| input.get_u64(&format!("{arch}.block_count")).ok().flatten())
         .unwrap_or(0) as usize;
+    let arch = input
+        .get_str("general.architecture")?
+        .unwrap_or_default()
+        .to_string();
+    let heads = input
+        .get_u64(&format!("{arch}.attention.head_count"))?
+        .unwrap_or(1)
+        .max(1);
+    let kv_heads = input
+        .get_u64(&format!("{arch}.attention.head_count_kv"))?
+        .unwrap_or(heads)
+        .max(1);
     let mut mixer = Mixer {
         preset,
         pure: a.pure,
         n_layer,
+        n_gqa: (heads / kv_heads) as usize,
         n_attn_v: order.iter().filter(|t| is_attn_v(&t.name)).count(),
         i_attn_v: 0,
         i_ffn_down: 0,

@@ -199,6 +199,16 @@ fn presets_mix_types_like_llama_quantize() {
             "8b90dc09855b7fc6fe7d3bec8afbe0e27541fa3ed72eb0b3b2ea0e56f3b47d88",
         ),
         (
+            &gemma,
+            "q3_k_m",
+            "606afb013edee89c314a12071162e069c44d46eb626ed1ccc72af450b7e177eb",
+        ),
+        (
+            &qwen,
+            "q2_k",
+            "a545def2e749dcd13c0308cce30b09d06c972803005354b1f1d1a334b156db84",
+        ),
+        (
             &qwen,
             "q4_k_m",
             "2af77c2d2582f43afd59e659e427600c73e9ef83a8a49ea320d134bbce498a7a",
@@ -226,7 +236,7 @@ fn bad_requests_are_one_line_errors() {
     let (t, out) = (tiny.to_str().unwrap(), dir.join("out.gguf"));
     let o = out.to_str().unwrap();
     for (args, expect) in [
-        (vec!["quantize", t, o, "--type", "q3_k"], "not a preset"),
+        (vec!["quantize", t, o, "--type", "iq2_xs"], "not a preset"),
         (
             vec!["quantize", t, o, "--type", "q4_0"],
             "--allow-requantize",

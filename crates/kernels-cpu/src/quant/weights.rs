@@ -12,8 +12,8 @@
 //! where `/ d` is a multiplication by `id = 1 / d` (0 when `d` is 0), C's float-to-integer
 //! conversions truncate, and `d`, `m` are stored as halves.
 //!
-//! The k-quants (Q4_K, Q5_K, Q6_K; 256-element super-blocks) search for scales the way ggml's
-//! `quantize_row_q{4,5,6}_K_ref` do: per sub-block, a least-squares scale (and minimum) tried
+//! The k-quants (Q2_K .. Q6_K; 256-element super-blocks) search for scales the way ggml's
+//! `quantize_row_q{2,3,4,5,6}_K_ref` do: per sub-block, a least-squares scale (and minimum) tried
 //! over a range of candidate steps (`best_scale_min`, `best_scale_symmetric`), then the
 //! sub-block scales quantized to 6 (Q4_K, Q5_K) or 8 bits (Q6_K) and the quants recomputed from
 //! the stored scales. Every float operation is ggml's, in its order, without fused multiply-adds
@@ -28,7 +28,7 @@ use super::legacy::c_f32_to_i8;
 const QK: usize = 32;
 
 /// The types [`quantize_weights`] produces.
-pub const QUANTIZE_TARGETS: [DType; 11] = [
+pub const QUANTIZE_TARGETS: [DType; 13] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -37,6 +37,8 @@ pub const QUANTIZE_TARGETS: [DType; 11] = [
     DType::Q4_1,
     DType::Q5_0,
     DType::Q5_1,
+    DType::Q2K,
+    DType::Q3K,
     DType::Q4K,
     DType::Q5K,
     DType::Q6K,
@@ -65,6 +67,8 @@ pub fn quantize_weights(dtype: DType, x: &[f32], out: &mut Vec<u8>) -> Result<()
         DType::BF16 => x
             .iter()
             .for_each(|&v| out.extend_from_slice(&f32_to_bf16(v).to_le_bytes())),
+        DType::Q2K => x.chunks_exact(QK_K).for_each(|b| super_block_q2_k(b, out)),
+        DType::Q3K => x.chunks_exact(QK_K).for_each(|b| super_block_q3_k(b, out)),
         DType::Q4K => x
             .chunks_exact(QK_K)
             .for_each(|b| super_block_q45_k::<4>(b, out)),
@@ -216,8 +220,8 @@ fn nearest_int(v: f32) -> i32 {
 }
 
 /// ggml's `make_qkx2_quants`: quants in `0..=nmax` of `x` as `scale · L - min_out` minimising the
-/// `weights`-weighted squared error, trying `nstep + 1` candidate steps around `nmax / range`.
-/// Returns (scale, the minimum as a positive offset `-min`).
+/// `weights`-weighted squared error (absolute error with `mad`), trying `nstep + 1` candidate
+/// steps around `nmax / range`. Returns (scale, the minimum as a positive offset `-min`).
 #[allow(clippy::too_many_arguments)]
 fn best_scale_min(
     x: &[f32],
@@ -226,8 +230,10 @@ fn best_scale_min(
     rmin: f32,
     rdelta: f32,
     nstep: i32,
+    mad: bool,
     l_out: &mut [u8],
 ) -> (f32, f32) {
+    let err = |diff: f32| if mad { diff.abs() } else { diff * diff };
     let n = x.len();
     let (mut min, mut max) = (x[0], x[0]);
     let mut sum_w = weights[0];
@@ -257,7 +263,7 @@ fn best_scale_min(
         let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
         l_out[i] = l as u8;
         let diff = scale * l as f32 + min - x[i];
-        best_error += weights[i] * (diff * diff);
+        best_error += weights[i] * err(diff);
     }
     let mut aux = [0u8; 32];
     for is in 0..=nstep {
@@ -282,7 +288,7 @@ fn best_scale_min(
             let mut cur_error = 0f32;
             for i in 0..n {
                 let diff = this_scale * aux[i] as f32 + this_min - x[i];
-                cur_error += weights[i] * (diff * diff);
+                cur_error += weights[i] * err(diff);
             }
             if cur_error < best_error {
                 l_out[..n].copy_from_slice(&aux[..n]);
@@ -344,6 +350,200 @@ fn best_scale_symmetric(x: &[f32], nmax: i32, l_out: &mut [u8]) -> f32 {
     scale
 }
 
+/// ggml's `make_q3_quants` with `do_rmse`: signed quants `-nmax..nmax-1` (stored offset by
+/// `nmax`) from the `x²`-weighted least-squares step, then up to five rounds of moving single
+/// quants while that improves the fit.
+fn best_scale_q3(x: &[f32], nmax: i32, l_out: &mut [u8]) -> f32 {
+    let (mut amax, mut max) = (0f32, 0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        l_out.fill(0);
+        return 0.0;
+    }
+    let iscale = -(nmax as f32) / max;
+    let mut l = [0i32; 16];
+    let (mut sumlx, mut suml2) = (0f32, 0f32);
+    for (li, &v) in l.iter_mut().zip(x) {
+        *li = nearest_int(iscale * v).clamp(-nmax, nmax - 1);
+        let w = v * v;
+        sumlx += w * v * *li as f32;
+        suml2 += w * *li as f32 * *li as f32;
+    }
+    for _ in 0..5 {
+        let mut changed = 0;
+        for (i, &v) in x.iter().enumerate() {
+            let w = v * v;
+            let mut slx = sumlx - w * v * l[i] as f32;
+            if slx > 0.0 {
+                let mut sl2 = suml2 - w * l[i] as f32 * l[i] as f32;
+                let new_l = nearest_int(v * sl2 / slx).clamp(-nmax, nmax - 1);
+                if new_l != l[i] {
+                    slx += w * v * new_l as f32;
+                    sl2 += w * new_l as f32 * new_l as f32;
+                    if sl2 > 0.0 && slx * slx * suml2 > sumlx * sumlx * sl2 {
+                        l[i] = new_l;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        changed += 1;
+                    }
+                }
+            }
+        }
+        if changed == 0 {
+            break;
+        }
+    }
+    for (o, &li) in l_out.iter_mut().zip(&l) {
+        *o = (li + nmax) as u8;
+    }
+    if suml2 > 0.0 {
+        sumlx / suml2
+    } else {
+        0.0
+    }
+}
+
+/// Four 2-bit quants per byte: elements j, j + 32, j + 64, j + 96 of each 128.
+fn push_crumbs(out: &mut Vec<u8>, l: &[u8; QK_K]) {
+    for h in 0..2 {
+        for i in 0..32 {
+            let b = &l[128 * h + i..];
+            out.push(b[0] | (b[32] << 2) | (b[64] << 4) | (b[96] << 6));
+        }
+    }
+}
+
+/// Q2_K: 16 bytes of 4-bit scale | 4-bit min per 16 elements | qs[64] | d | dmin.
+fn super_block_q2_k(x: &[f32], out: &mut Vec<u8>) {
+    const Q4SCALE: f32 = 15.0;
+    let mut l = [0u8; QK_K];
+    let (mut scales, mut mins) = ([0f32; 16], [0f32; 16]);
+    let (mut max_scale, mut max_min) = (0f32, 0f32);
+    for j in 0..16 {
+        let xs = &x[16 * j..16 * j + 16];
+        let mut weights = [0f32; 16];
+        for (w, &v) in weights.iter_mut().zip(xs) {
+            *w = v.abs();
+        }
+        let (scale, min) = best_scale_min(
+            xs,
+            &weights,
+            3,
+            -0.5,
+            0.1,
+            15,
+            true,
+            &mut l[16 * j..16 * j + 16],
+        );
+        scales[j] = scale;
+        mins[j] = min;
+        if scale > max_scale {
+            max_scale = scale;
+        }
+        if min > max_min {
+            max_min = min;
+        }
+    }
+    let mut sc = [0u8; 16];
+    let d_bits = if max_scale > 0.0 {
+        let iscale = Q4SCALE / max_scale;
+        for j in 0..16 {
+            sc[j] = nearest_int(iscale * scales[j]) as u8;
+        }
+        f32_to_f16(max_scale / Q4SCALE)
+    } else {
+        f32_to_f16(0.0)
+    };
+    let dmin_bits = if max_min > 0.0 {
+        let iscale = Q4SCALE / max_min;
+        for j in 0..16 {
+            sc[j] |= (nearest_int(iscale * mins[j]) << 4) as u8;
+        }
+        f32_to_f16(max_min / Q4SCALE)
+    } else {
+        f32_to_f16(0.0)
+    };
+    let (d_all, dmin_all) = (f16_to_f32(d_bits), f16_to_f32(dmin_bits));
+    for j in 0..16 {
+        let d = d_all * (sc[j] & 0xf) as f32;
+        if d == 0.0 {
+            continue;
+        }
+        let dm = dmin_all * (sc[j] >> 4) as f32;
+        for i in 0..16 {
+            l[16 * j + i] = nearest_int((x[16 * j + i] + dm) / d).clamp(0, 3) as u8;
+        }
+    }
+    out.extend_from_slice(&sc);
+    push_crumbs(out, &l);
+    out.extend_from_slice(&d_bits.to_le_bytes());
+    out.extend_from_slice(&dmin_bits.to_le_bytes());
+}
+
+/// Q3_K: hmask[32] | qs[64] | 12 bytes of 6-bit scales | d.
+fn super_block_q3_k(x: &[f32], out: &mut Vec<u8>) {
+    let mut l = [0u8; QK_K];
+    let mut scales = [0f32; 16];
+    let (mut max_scale, mut amax) = (0f32, 0f32);
+    for j in 0..16 {
+        scales[j] = best_scale_q3(&x[16 * j..16 * j + 16], 4, &mut l[16 * j..16 * j + 16]);
+        if scales[j].abs() > amax {
+            amax = scales[j].abs();
+            max_scale = scales[j];
+        }
+    }
+    let mut packed = [0u8; 12];
+    let d_bits = if max_scale != 0.0 {
+        let iscale = -32.0 / max_scale;
+        for j in 0..16 {
+            // C keeps the int in an int8_t (mod 256) before clamping it.
+            let q = (nearest_int(iscale * scales[j]) as i8).clamp(-32, 31) as i32 + 32;
+            if j < 8 {
+                packed[j] = (q & 0xf) as u8;
+            } else {
+                packed[j - 8] |= ((q & 0xf) << 4) as u8;
+            }
+            packed[j % 4 + 8] |= ((q >> 4) << (2 * (j / 4))) as u8;
+        }
+        f32_to_f16(1.0 / iscale)
+    } else {
+        f32_to_f16(0.0)
+    };
+    let d_all = f16_to_f32(d_bits);
+    for j in 0..16 {
+        let low = if j < 8 {
+            packed[j] & 0xf
+        } else {
+            packed[j - 8] >> 4
+        };
+        let sc = (low | (((packed[8 + j % 4] >> (2 * (j / 4))) & 3) << 4)) as i32 - 32;
+        let d = d_all * sc as f32;
+        if d == 0.0 {
+            continue;
+        }
+        for i in 0..16 {
+            l[16 * j + i] = (nearest_int(x[16 * j + i] / d).clamp(-4, 3) + 4) as u8;
+        }
+    }
+    // The high bit of element j goes to bit j / 32 of hmask[j % 32].
+    let mut hmask = [0u8; 32];
+    for (j, lj) in l.iter_mut().enumerate() {
+        if *lj > 3 {
+            hmask[j % 32] |= 1 << (j / 32);
+            *lj -= 4;
+        }
+    }
+    out.extend_from_slice(&hmask);
+    push_crumbs(out, &l);
+    out.extend_from_slice(&packed);
+    out.extend_from_slice(&d_bits.to_le_bytes());
+}
+
 /// Q4_K (`BITS` 4) or Q5_K (5): d | dmin | 12 bytes of 6-bit scales and mins | (Q5_K: qh[32]) |
 /// qs[128].
 fn super_block_q45_k<const BITS: u32>(x: &[f32], out: &mut Vec<u8>) {
@@ -370,6 +570,7 @@ fn super_block_q45_k<const BITS: u32>(x: &[f32], out: &mut Vec<u8>) {
             rmin,
             0.1,
             nstep,
+            false,
             &mut l[32 * j..32 * j + 32],
         );
         scales[j] = scale;
@@ -545,6 +746,8 @@ mod tests {
                     DType::Q5_0 => amax / 16.0,
                     DType::Q4_1 => (max - min) / 15.0,
                     DType::Q5_1 => (max - min) / 31.0,
+                    DType::Q2K => sb_range / 3.0,
+                    DType::Q3K => sb_range / 7.0,
                     DType::Q4K => sb_range / 15.0,
                     DType::Q5K => sb_range / 31.0,
                     DType::Q6K => sb_range / 32.0,
@@ -554,6 +757,8 @@ mod tests {
                 // clamped a whole step short; the k-quants' search trades steps for fit.
                 let steps = match dtype {
                     DType::Q4_0 | DType::Q5_0 | DType::Q4K | DType::Q5K | DType::Q6K => 1.0,
+                    // 2 and 3 bits, and the scales' own 4- and 6-bit steps.
+                    DType::Q2K | DType::Q3K => 1.5,
                     _ => 0.5,
                 };
                 for (i, (&a, &g)) in block.iter().zip(got).enumerate() {
@@ -572,7 +777,7 @@ mod tests {
     fn partial_blocks_and_other_types_are_errors() {
         let mut out = Vec::new();
         assert!(quantize_weights(DType::Q4_0, &[0.0; 33], &mut out).is_err());
-        assert!(quantize_weights(DType::Q3K, &[0.0; 256], &mut out).is_err());
+        assert!(quantize_weights(DType::Q8K, &[0.0; 256], &mut out).is_err());
         assert!(quantize_weights(DType::Q4K, &[0.0; 255], &mut out).is_err());
         assert!(out.is_empty());
     }
