@@ -2,9 +2,10 @@
 //!
 //! Endpoints: `GET /health`, `GET /v1/models`, `POST /v1/chat/completions` (the model's chat
 //! template) and `POST /v1/completions` (a raw prompt), with `"stream": true` as server-sent
-//! events. Requests are served one at a time, in arrival order, over one KV cache: a request
-//! that starts like the previous one (a conversation resent with a new turn) only evaluates
-//! what is new (`usage.prompt_tokens_details.cached_tokens` says how much was reused).
+//! events. Each connection is read on its own thread, which answers what needs no model at
+//! once; generations run one at a time, in arrival order, over one KV cache: a request that
+//! starts like the previous one (a conversation resent with a new turn) only evaluates what is
+//! new (`usage.prompt_tokens_details.cached_tokens` says how much was reused).
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -98,13 +99,98 @@ pub fn run(mut a: ServeArgs) -> Result<()> {
         cached: Vec::new(),
         served: 0,
     };
-    for conn in listener.incoming() {
-        match conn {
-            Ok(conn) => server.connection(conn),
-            Err(e) => eprintln!("synaptix serve: accept failed: {e}"),
+    // Connections are read on their own threads, which answer what needs no model (health,
+    // the model list, errors) at once; generations queue here, on the thread that owns the
+    // model and its KV cache, and run one at a time in arrival order.
+    let (jobs, queue) = std::sync::mpsc::channel::<(Request, TcpStream)>();
+    let info = Info {
+        name: server.name.clone(),
+        n_ctx,
+    };
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            match conn {
+                Ok(conn) => {
+                    let (jobs, info) = (jobs.clone(), info.clone());
+                    std::thread::spawn(move || read_connection(conn, &info, &jobs));
+                }
+                Err(e) => eprintln!("synaptix serve: accept failed: {e}"),
+            }
+        }
+    });
+    for (request, mut conn) in queue {
+        if let Err(e) = server.route(&request, &mut conn) {
+            // Nothing has been written when a handler fails.
+            let _ = http::respond(&mut conn, e.status, "application/json", &e.body());
         }
     }
     Ok(())
+}
+
+/// What the connection threads know of the model.
+#[derive(Clone)]
+struct Info {
+    name: String,
+    n_ctx: usize,
+}
+
+/// Reads one request from `conn`; answers it if it needs no model, else queues it for the
+/// model's thread.
+fn read_connection(
+    mut conn: TcpStream,
+    info: &Info,
+    jobs: &std::sync::mpsc::Sender<(Request, TcpStream)>,
+) {
+    // A client that sends nothing holds only its own thread, and not for long.
+    if conn.set_read_timeout(Some(READ_TIMEOUT)).is_err() {
+        return;
+    }
+    let request = match http::read_request(&mut conn) {
+        Ok(r) => r,
+        Err(HttpError::Bad(status, message)) => {
+            let e = ApiError { status, message };
+            let _ = http::respond(&mut conn, status, "application/json", &e.body());
+            return;
+        }
+        Err(HttpError::Io(e)) => {
+            // A client that connects and leaves (a port probe) is not worth a line.
+            if e.kind() != std::io::ErrorKind::UnexpectedEof {
+                eprintln!("synaptix serve: request not read: {e}");
+            }
+            return;
+        }
+    };
+    let reply = |conn: &mut TcpStream, v: Value| {
+        let _ = http::respond(conn, 200, "application/json", v.to_string().as_bytes());
+    };
+    match (request.method.as_str(), request.path.as_str()) {
+        ("GET", "/health") => reply(&mut conn, json!({"status": "ok"})),
+        ("GET", "/v1/models") => reply(
+            &mut conn,
+            json!({"object": "list", "data": [{
+                "id": info.name, "object": "model", "created": 0, "owned_by": "synaptix",
+                "context_length": info.n_ctx,
+            }]}),
+        ),
+        ("POST", "/v1/chat/completions" | "/v1/completions") => {
+            // The model's thread answers it (it lives as long as the server).
+            let _ = jobs.send((request, conn));
+        }
+        (_, "/health" | "/v1/models" | "/v1/chat/completions" | "/v1/completions") => {
+            let e = ApiError {
+                status: 405,
+                message: format!("{} is not allowed on {}", request.method, request.path),
+            };
+            let _ = http::respond(&mut conn, e.status, "application/json", &e.body());
+        }
+        _ => {
+            let e = ApiError {
+                status: 404,
+                message: format!("no endpoint {}", request.path),
+            };
+            let _ = http::respond(&mut conn, e.status, "application/json", &e.body());
+        }
+    }
 }
 
 struct Server<'e> {
@@ -213,69 +299,19 @@ enum Kind {
 }
 
 impl Server<'_> {
-    fn connection(&mut self, mut conn: TcpStream) {
-        // A client that sends nothing does not hold the server.
-        if conn.set_read_timeout(Some(READ_TIMEOUT)).is_err() {
-            return;
-        }
-        let request = match http::read_request(&mut conn) {
-            Ok(r) => r,
-            Err(HttpError::Bad(status, message)) => {
-                let e = ApiError { status, message };
-                let _ = http::respond(&mut conn, status, "application/json", &e.body());
-                return;
-            }
-            Err(HttpError::Io(e)) => {
-                // A client that connects and leaves (a port probe) is not worth a line.
-                if e.kind() != std::io::ErrorKind::UnexpectedEof {
-                    eprintln!("synaptix serve: request not read: {e}");
-                }
-                return;
-            }
-        };
-        if let Err(e) = self.route(&request, &mut conn) {
-            // Nothing has been written when a handler fails.
-            let _ = http::respond(&mut conn, e.status, "application/json", &e.body());
-        }
-    }
-
+    /// A generation request (the connection threads answer everything else).
     fn route(&mut self, r: &Request, conn: &mut TcpStream) -> std::result::Result<(), ApiError> {
-        let reply = |conn: &mut TcpStream, v: Value| {
-            let _ = http::respond(conn, 200, "application/json", v.to_string().as_bytes());
-            Ok(())
-        };
-        match (r.method.as_str(), r.path.as_str()) {
-            ("GET", "/health") => reply(conn, json!({"status": "ok"})),
-            ("GET", "/v1/models") => reply(
-                conn,
-                json!({"object": "list", "data": [{
-                    "id": self.name, "object": "model", "created": 0, "owned_by": "synaptix",
-                    "context_length": self.n_ctx,
-                }]}),
-            ),
-            ("POST", "/v1/chat/completions") => {
-                let req: ChatRequest = parse_json(&r.body)?;
-                let tokens = self.chat_tokens(&req.messages)?;
-                self.generate(Kind::Chat, tokens, &req.params, conn)
-            }
-            ("POST", "/v1/completions") => {
-                let req: CompletionRequest = parse_json(&r.body)?;
-                let tokens = self
-                    .engine
-                    .tokenize_prompt(&req.prompt)
-                    .map_err(|e| ApiError::bad(e.to_string()))?;
-                self.generate(Kind::Completion, tokens, &req.params, conn)
-            }
-            (_, "/health" | "/v1/models" | "/v1/chat/completions" | "/v1/completions") => {
-                Err(ApiError {
-                    status: 405,
-                    message: format!("{} is not allowed on {}", r.method, r.path),
-                })
-            }
-            _ => Err(ApiError {
-                status: 404,
-                message: format!("no endpoint {}", r.path),
-            }),
+        if r.path == "/v1/chat/completions" {
+            let req: ChatRequest = parse_json(&r.body)?;
+            let tokens = self.chat_tokens(&req.messages)?;
+            self.generate(Kind::Chat, tokens, &req.params, conn)
+        } else {
+            let req: CompletionRequest = parse_json(&r.body)?;
+            let tokens = self
+                .engine
+                .tokenize_prompt(&req.prompt)
+                .map_err(|e| ApiError::bad(e.to_string()))?;
+            self.generate(Kind::Completion, tokens, &req.params, conn)
         }
     }
 

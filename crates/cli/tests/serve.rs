@@ -334,3 +334,40 @@ fn a_taken_port_is_a_clear_error() {
     assert_eq!(errors.len(), 1, "{stderr}");
     assert!(errors[0].contains("cannot listen"), "{stderr}");
 }
+
+/// A generation does not hold up what needs no model: `/health` and `/v1/models` answer while a
+/// long answer is still streaming (its events keep coming after theirs).
+#[test]
+fn health_answers_while_a_generation_streams() {
+    let server = Server::start(&qwen());
+    let mut stream = TcpStream::connect(&server.addr).unwrap();
+    let body = json!({"prompt": "def fibonacci(n):", "temperature": 0, "max_tokens": 200,
+                      "stream": true})
+    .to_string();
+    write!(
+        stream,
+        "POST /v1/completions HTTP/1.1\r\nHost: test\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reader = BufReader::new(stream);
+    // The head and the first event: the generation is running.
+    let mut line = String::new();
+    while !line.starts_with("data: ") {
+        line.clear();
+        assert!(
+            reader.read_line(&mut line).unwrap() > 0,
+            "the stream ended early"
+        );
+    }
+    let (status, text) = server.request("GET", "/health", "");
+    assert_eq!((status, text.as_str()), (200, r#"{"status":"ok"}"#));
+    let (status, _) = server.request("GET", "/v1/models", "");
+    assert_eq!(status, 200);
+    // The stream goes on after those answers, and ends properly.
+    let mut rest = String::new();
+    reader.read_to_string(&mut rest).unwrap();
+    let events = rest.matches("data: {").count();
+    assert!(events > 10, "only {events} events after /health: {rest}");
+    assert!(rest.trim_end().ends_with("data: [DONE]"), "{rest}");
+}
