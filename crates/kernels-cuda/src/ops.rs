@@ -830,8 +830,7 @@ fn matvec_tile(
 }
 
 /// Whether one activation row against legacy-format weights of `rows` rows (over all matrices of
-/// the launch) goes to [`matvec_tile`] rather than
-/// the block-step kernel: from 1024 rows on (H200, Q8_0: 3584×18944 2472 GB/s against 2222,
+/// the launch) goes to [`matvec_tile`] rather than the block-step kernel: from 1024 rows on (H200, Q8_0: 3584×18944 2472 GB/s against 2222,
 /// 18944×3584 2647 against 2348, 1536×8960 1562 against 1332; but 896×4864 1022 against 1131).
 /// `SYNAPTIX_NO_TILE_KERNEL` set: never, for comparisons.
 fn use_tile_kernel(dtype: DType, rows: usize) -> bool {
