@@ -211,10 +211,72 @@ pub(crate) fn swiglu(gate: &mut [f32], up: &[f32]) {
     crate::ggml_math::swiglu_inplace(gate, up);
 }
 
+/// GeGLU as the CPU backend computes it (`gelu_tanh_f16_table(gate) * up`, ggml's table), bit
+/// for bit: with AVX-512 (where [`simd_available`]) sixteen lanes at a time, the f16 rounding
+/// by `vcvtps2ph` and the table read by a gather; NaN lanes and the tail as the scalar code.
+pub(crate) fn geglu(gate: &mut [f32], up: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd_available() && up.len() >= gate.len() {
+        // SAFETY: AVX-512F and F16C are present (checked just above); `up` is at least as long
+        // as `gate`.
+        unsafe { x86::geglu(gate, up) };
+        return;
+    }
+    geglu_scalar(gate, up);
+}
+
+fn geglu_scalar(gate: &mut [f32], up: &[f32]) {
+    for (g, u) in gate.iter_mut().zip(up) {
+        *g = crate::mlp::gelu_tanh_f16_table(*g) * u;
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use half::f16;
     use std::arch::x86_64::*;
+
+    /// [`super::geglu`] sixteen lanes at a time: `x <= -10` gives 0, `x >= 10` gives `x`, else
+    /// the table's value at the bits of `x` rounded to f16; then `* up`. NaN inputs go through
+    /// the scalar code (their f16 rounding is the `half` crate's).
+    ///
+    /// # Safety
+    /// AVX-512F and F16C must be available and `up.len() >= gate.len()`.
+    #[target_feature(enable = "avx512f,f16c")]
+    pub(super) unsafe fn geglu(gate: &mut [f32], up: &[f32]) {
+        let table = crate::mlp::gelu_f16_table_padded();
+        let base = table.as_ptr().cast::<u8>();
+        let wide = gate.len() / 16 * 16;
+        let (low, high, zero) = (
+            _mm512_set1_ps(-10.0),
+            _mm512_set1_ps(10.0),
+            _mm512_setzero_ps(),
+        );
+        for i in (0..wide).step_by(16) {
+            let p = gate.as_mut_ptr().add(i);
+            let x = _mm512_loadu_ps(p);
+            let u = _mm512_loadu_ps(up.as_ptr().add(i));
+            let bits = _mm512_cvtepu16_epi32(_mm512_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(x));
+            // Lane j reads 4 bytes at table + 2·bits[j]: its entry in the low half (the padding
+            // entry keeps the last read inside).
+            let words = _mm512_i32gather_epi32::<2>(bits, base.cast());
+            let looked = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
+            let is_low = _mm512_cmp_ps_mask::<_CMP_LE_OQ>(x, low);
+            let is_high = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(x, high);
+            let v = _mm512_mask_blend_ps(is_high, _mm512_mask_blend_ps(is_low, looked, zero), x);
+            _mm512_storeu_ps(p, _mm512_mul_ps(v, u));
+            let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(x, x);
+            if nan != 0 {
+                let xs: [f32; 16] = std::mem::transmute(x);
+                for (j, &xj) in xs.iter().enumerate() {
+                    if nan >> j & 1 == 1 {
+                        *p.add(j) = crate::mlp::gelu_tanh_f16_table(xj) * up[i + j];
+                    }
+                }
+            }
+        }
+        super::geglu_scalar(&mut gate[wide..], &up[wide..]);
+    }
 
     /// Eight f16 at `p` as f64 (exact).
     ///
@@ -462,6 +524,52 @@ mod tests {
                 for (a, b) in got.iter().zip(&want) {
                     assert_eq!(a.to_bits(), b.to_bits(), "len {len}, scale {scale}");
                 }
+            }
+        }
+    }
+
+    /// The SIMD GeGLU against the scalar code, bit for bit: every f16 value as input (so every
+    /// table entry), values around ±10, random floats that round to f16 both ways, NaN and
+    /// infinities, with factors including zero and infinity.
+    #[test]
+    fn geglu_matches_scalar_bit_for_bit() {
+        let mut x: Vec<f32> = (0..=u16::MAX)
+            .map(|b| half::f16::from_bits(b).to_f32())
+            .collect();
+        let mut s = 99u32;
+        for _ in 0..20_000 {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            x.push(((s >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0) * 12.0);
+        }
+        x.extend([
+            -10.0,
+            10.0,
+            -10.000001,
+            9.999999,
+            f32::NAN,
+            -f32::NAN,
+            f32::INFINITY,
+        ]);
+        x.extend([f32::NEG_INFINITY, 0.0, -0.0, 1e-30, -1e-30]);
+        for len in [x.len(), x.len() - 5, 15, 17] {
+            let up: Vec<f32> = (0..len)
+                .map(|i| match i % 7 {
+                    0 => 0.0,
+                    1 => f32::INFINITY,
+                    2 => -1.5,
+                    _ => 0.25 + i as f32 * 1e-3,
+                })
+                .collect();
+            let mut want = x[..len].to_vec();
+            geglu_scalar(&mut want, &up);
+            let mut got = x[..len].to_vec();
+            geglu(&mut got, &up);
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    a.to_bits() == b.to_bits() || (a.is_nan() && b.is_nan()),
+                    "len {len} [{i}] x = {}: {a} vs {b}",
+                    x[i]
+                );
             }
         }
     }

@@ -6,7 +6,6 @@ use synaptix_kernels_cpu::{dequantize, matmul, matmul_many, WeightView};
 use crate::attention::{attend, LayerKv};
 use crate::backend::Backend;
 use crate::linear::executable;
-use crate::mlp::gelu_tanh_f16_table;
 use crate::norm::rms_norm_row;
 use crate::{Activation, AttentionSpec, NnError, Result, Rope, Weight};
 
@@ -252,11 +251,7 @@ impl Backend for CpuBackend {
         // Row by row, elementwise: the same values on any number of threads.
         let apply = |(g, u): (&mut [f32], &[f32])| match act {
             Activation::Silu => crate::attention_kernels::swiglu(g, u),
-            Activation::GeluTanh => {
-                for (g, u) in g.iter_mut().zip(u) {
-                    *g = gelu_tanh_f16_table(*g) * u;
-                }
-            }
+            Activation::GeluTanh => crate::attention_kernels::geglu(g, u),
         };
         let cols = gate.cols.max(1);
         if out.data.len() >= PARALLEL_ELEMENTS {

@@ -82,10 +82,17 @@ pub fn gelu_tanh_f16_table(x: f32) -> f32 {
 /// ggml's table: the GELU of every f16 value, rounded to f16, indexed by the input's bits.
 /// The CUDA backend uploads this same table, so both backends agree exactly.
 pub fn gelu_f16_table() -> &'static [f16] {
+    &gelu_f16_table_padded()[..1 << 16]
+}
+
+/// [`gelu_f16_table`] and one zero entry after it, so that a 4-byte gather of the last entry
+/// stays inside.
+pub(crate) fn gelu_f16_table_padded() -> &'static [f16] {
     static TABLE: OnceLock<Vec<f16>> = OnceLock::new();
     TABLE.get_or_init(|| {
         (0..=u16::MAX)
             .map(|bits| f16::from_f32(gelu_tanh(f16::from_bits(bits).to_f32())))
+            .chain([f16::ZERO])
             .collect()
     })
 }
