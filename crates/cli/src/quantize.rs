@@ -291,22 +291,15 @@ pub fn run(a: QuantizeArgs) -> Result<()> {
     let mut order: Vec<&TensorInfo> = input.tensors().iter().collect();
     order.sort_by_key(|t| (layer_of(&t.name), t.name.clone()));
 
-    let n_layer = input
-        .get_str("general.architecture")?
-        .and_then(|arch| input.get_u64(&format!("{arch}.block_count")).ok().flatten())
-        .unwrap_or(0) as usize;
+    // The hyperparameters the mixtures look at (missing or per-layer arrays: the defaults).
     let arch = input
         .get_str("general.architecture")?
         .unwrap_or_default()
         .to_string();
-    let heads = input
-        .get_u64(&format!("{arch}.attention.head_count"))?
-        .unwrap_or(1)
-        .max(1);
-    let kv_heads = input
-        .get_u64(&format!("{arch}.attention.head_count_kv"))?
-        .unwrap_or(heads)
-        .max(1);
+    let hparam = |key: &str| input.get_u64(&format!("{arch}.{key}")).ok().flatten();
+    let n_layer = hparam("block_count").unwrap_or(0) as usize;
+    let heads = hparam("attention.head_count").unwrap_or(1).max(1);
+    let kv_heads = hparam("attention.head_count_kv").unwrap_or(heads).max(1);
     let mut mixer = Mixer {
         preset,
         pure: a.pure,
