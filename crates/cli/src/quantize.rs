@@ -20,7 +20,7 @@ use clap::Args;
 use rayon::prelude::*;
 use synaptix_bundle::gguf::{GgufFile, GgufWriter, TensorInfo, Value};
 use synaptix_core::DType;
-use synaptix_kernels_cpu::{dequantize, quantize_weights};
+use synaptix_kernels_cpu::{dequantize, quantize_weights, QUANTIZE_TARGETS};
 
 #[derive(Args)]
 #[command(
@@ -43,6 +43,13 @@ pub struct QuantizeArgs {
     /// Every matrix in the preset's type (no extra bits for the output and some layers)
     #[arg(long)]
     pub pure: bool,
+    /// Type of the output matrix (`output.weight`, or the token embeddings where they serve as
+    /// it), whatever the preset says
+    #[arg(long, value_name = "TYPE")]
+    pub output_tensor_type: Option<String>,
+    /// Type of the token embeddings, whatever the preset says
+    #[arg(long, value_name = "TYPE")]
+    pub token_embedding_type: Option<String>,
     /// Also convert matrices that are already quantized (their dequantized values are
     /// quantized again, which loses more precision than quantizing the originals)
     #[arg(long)]
@@ -191,6 +198,9 @@ struct Mixer<'p> {
     i_ffn_down: usize,
     /// No `output.weight`: the token embeddings serve as the output matrix too.
     tied: bool,
+    /// `--output-tensor-type`, `--token-embedding-type`.
+    output_tensor_type: Option<DType>,
+    token_embedding_type: Option<DType>,
 }
 
 fn is_attn_v(name: &str) -> bool {
@@ -209,6 +219,13 @@ impl Mixer<'_> {
 
     /// The type of matrix `name` with rows of `cols`.
     fn choose(&mut self, name: &str, cols: usize) -> DType {
+        // Explicit types first, as llama-quantize takes them (before `--pure` and the mixture).
+        if let (Some(t), "token_embd.weight") = (self.token_embedding_type, name) {
+            return type_for_rows(t, cols);
+        }
+        if let (Some(t), "output.weight") = (self.output_tensor_type, name) {
+            return type_for_rows(t, cols);
+        }
         let base = self.preset.dtype;
         let quantized = !matches!(base, DType::F32 | DType::F16 | DType::BF16);
         if !quantized {
@@ -217,7 +234,9 @@ impl Mixer<'_> {
         let mut ty = base;
         if !self.pure {
             let output = name == "output.weight" || (self.tied && name == "token_embd.weight");
-            if output {
+            if let (true, Some(t)) = (output, self.output_tensor_type) {
+                ty = t;
+            } else if output {
                 if !cols.is_multiple_of(base.block_len()) {
                     ty = DType::Q8_0;
                 } else if base != DType::Q8_0 {
@@ -258,6 +277,28 @@ impl Mixer<'_> {
         }
         type_for_rows(ty, cols)
     }
+}
+
+/// A type given by name (`q8_0`, `q6_k`, `f16`, ...), if given.
+fn tensor_type(flag: &str, name: &Option<String>) -> Result<Option<DType>> {
+    let Some(name) = name else {
+        return Ok(None);
+    };
+    QUANTIZE_TARGETS
+        .iter()
+        .copied()
+        .find(|d| d.name().eq_ignore_ascii_case(name))
+        .map(Some)
+        .with_context(|| {
+            format!(
+                "{flag} {name}: not a type synaptix quantizes to ({})",
+                QUANTIZE_TARGETS
+                    .iter()
+                    .map(|d| d.name().to_ascii_lowercase())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        })
 }
 
 /// What happens to one tensor.
@@ -309,6 +350,8 @@ pub fn run(a: QuantizeArgs) -> Result<()> {
         i_attn_v: 0,
         i_ffn_down: 0,
         tied: !order.iter().any(|t| t.name == "output.weight"),
+        output_tensor_type: tensor_type("--output-tensor-type", &a.output_tensor_type)?,
+        token_embedding_type: tensor_type("--token-embedding-type", &a.token_embedding_type)?,
     };
     let mut plans = Vec::with_capacity(order.len());
     // Matrices whose rows do not fit the type they would get, and the type they get instead.

@@ -223,6 +223,25 @@ fn presets_mix_types_like_llama_quantize() {
         quantize(input, &out, dtype, &["--allow-requantize"]);
         assert_eq!(sha256(&out), want, "{} {dtype}", input.display());
     }
+    // Explicit types for the output matrix (here Gemma's tied token embeddings) and the token
+    // embeddings: the embeddings' own type wins, as in llama-quantize.
+    let out = dir.join("typed.gguf");
+    quantize(
+        &gemma,
+        &out,
+        "q4_k_m",
+        &[
+            "--allow-requantize",
+            "--output-tensor-type",
+            "q8_0",
+            "--token-embedding-type",
+            "f16",
+        ],
+    );
+    assert_eq!(
+        sha256(&out),
+        "db3bc86e12f163a785a2d3c848b6103d6e2679ee2edb7e8065863a396bedff01"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -237,6 +256,18 @@ fn bad_requests_are_one_line_errors() {
     let o = out.to_str().unwrap();
     for (args, expect) in [
         (vec!["quantize", t, o, "--type", "iq2_xs"], "not a preset"),
+        (
+            vec![
+                "quantize",
+                t,
+                o,
+                "--type",
+                "q8_0",
+                "--output-tensor-type",
+                "q9",
+            ],
+            "--output-tensor-type q9",
+        ),
         (
             vec!["quantize", t, o, "--type", "q4_0"],
             "--allow-requantize",
