@@ -9,6 +9,8 @@
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -57,6 +59,8 @@ pub struct ServeArgs {
 
 /// Seconds a client may take to send its request (the server waits for nobody longer).
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connections read at once (each on its own thread, for at most READ_TIMEOUT).
+const MAX_READERS: usize = 64;
 /// Most stop strings a request may give (OpenAI's limit).
 const MAX_STOPS: usize = 4;
 
@@ -107,12 +111,34 @@ pub fn run(mut a: ServeArgs) -> Result<()> {
         name: server.name.clone(),
         n_ctx,
     };
+    // Past MAX_READERS connections being read, more are turned away by one thread that reads
+    // their request briefly (so that the answer is not lost to a reset) and answers 503.
+    let (turn_away, rejected) = std::sync::mpsc::channel::<TcpStream>();
     std::thread::spawn(move || {
+        for mut conn in rejected {
+            let _ = conn.set_read_timeout(Some(Duration::from_millis(500)));
+            let _ = http::read_request(&mut conn);
+            let e = ApiError {
+                status: 503,
+                message: "too many connections; retry later".into(),
+            };
+            let _ = http::respond(&mut conn, e.status, "application/json", &e.body());
+        }
+    });
+    std::thread::spawn(move || {
+        let readers = Arc::new(AtomicUsize::new(0));
         for conn in listener.incoming() {
             match conn {
+                Ok(conn) if readers.load(Ordering::Relaxed) >= MAX_READERS => {
+                    let _ = turn_away.send(conn);
+                }
                 Ok(conn) => {
-                    let (jobs, info) = (jobs.clone(), info.clone());
-                    std::thread::spawn(move || read_connection(conn, &info, &jobs));
+                    let (jobs, info, readers) = (jobs.clone(), info.clone(), readers.clone());
+                    readers.fetch_add(1, Ordering::Relaxed);
+                    std::thread::spawn(move || {
+                        read_connection(conn, &info, &jobs);
+                        readers.fetch_sub(1, Ordering::Relaxed);
+                    });
                 }
                 Err(e) => eprintln!("synaptix serve: accept failed: {e}"),
             }

@@ -371,3 +371,33 @@ fn health_answers_while_a_generation_streams() {
     assert!(events > 10, "only {events} events after /health: {rest}");
     assert!(rest.trim_end().ends_with("data: [DONE]"), "{rest}");
 }
+
+/// Connections that send nothing hold a bounded number of reader threads: past 64 the server
+/// answers 503 at once, and serves again when they go.
+#[test]
+fn idle_connections_are_bounded() {
+    let server = Server::start(&qwen());
+    let idle: Vec<TcpStream> = (0..64)
+        .map(|_| TcpStream::connect(&server.addr).unwrap())
+        .collect();
+    // The acceptor counts a reader as soon as it hands the connection over; give it the moment
+    // it needs to take all 64.
+    let mut status = 0;
+    for _ in 0..50 {
+        status = server.request("GET", "/health", "").0;
+        if status == 503 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(status, 503, "the 65th connection is turned away");
+    drop(idle);
+    for _ in 0..100 {
+        status = server.request("GET", "/health", "").0;
+        if status == 200 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(status, 200, "served again once the idle connections closed");
+}
