@@ -15,6 +15,8 @@ pub struct Request {
     pub method: String,
     /// The path without its query string.
     pub path: String,
+    /// The `Authorization` header, if any.
+    pub authorization: Option<String>,
     pub body: Vec<u8>,
 }
 
@@ -68,12 +70,15 @@ pub fn read_request(conn: &mut impl Read) -> Result<Request, HttpError> {
         ));
     }
     let mut length = 0usize;
+    let mut authorization = None;
     for line in lines {
         let Some((name, value)) = line.split_once(':') else {
             return Err(HttpError::Bad(400, format!("bad header line {line:?}")));
         };
         let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
+        if name.eq_ignore_ascii_case("authorization") {
+            authorization = Some(value.to_string());
+        } else if name.eq_ignore_ascii_case("content-length") {
             length = value
                 .parse()
                 .map_err(|_| HttpError::Bad(400, format!("bad Content-Length {value:?}")))?;
@@ -105,7 +110,12 @@ pub fn read_request(conn: &mut impl Read) -> Result<Request, HttpError> {
         let take = n.min(length - body.len());
         body.extend_from_slice(&chunk[..take]);
     }
-    Ok(Request { method, path, body })
+    Ok(Request {
+        method,
+        path,
+        authorization,
+        body,
+    })
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -116,6 +126,7 @@ fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         400 => "Bad Request",
+        401 => "Unauthorized",
         404 => "Not Found",
         405 => "Method Not Allowed",
         411 => "Length Required",

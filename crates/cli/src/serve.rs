@@ -55,6 +55,9 @@ pub struct ServeArgs {
     /// Where to run: auto (a GPU if one is usable, else the CPU), cpu, cuda, cuda:N
     #[arg(long, default_value = "auto")]
     pub device: String,
+    /// Require `Authorization: Bearer KEY` on every endpoint but /health
+    #[arg(long, value_name = "KEY")]
+    pub api_key: Option<String>,
 }
 
 /// Seconds a client may take to send its request (the server waits for nobody longer).
@@ -110,6 +113,7 @@ pub fn run(mut a: ServeArgs) -> Result<()> {
     let info = Info {
         name: server.name.clone(),
         n_ctx,
+        api_key: a.api_key.clone(),
     };
     // Past MAX_READERS connections being read, more are turned away by one thread that reads
     // their request briefly (so that the answer is not lost to a reset) and answers 503.
@@ -158,6 +162,8 @@ pub fn run(mut a: ServeArgs) -> Result<()> {
 struct Info {
     name: String,
     n_ctx: usize,
+    /// `--api-key`.
+    api_key: Option<String>,
 }
 
 /// Reads one request from `conn`; answers it if it needs no model, else queues it for the
@@ -186,6 +192,22 @@ fn read_connection(
             return;
         }
     };
+    let authorized = match &info.api_key {
+        None => true,
+        Some(key) => request
+            .authorization
+            .as_deref()
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .is_some_and(|given| given.trim() == key),
+    };
+    if !authorized && request.path != "/health" {
+        let e = ApiError {
+            status: 401,
+            message: "missing or wrong API key (Authorization: Bearer KEY)".into(),
+        };
+        let _ = http::respond(&mut conn, e.status, "application/json", &e.body());
+        return;
+    }
     let reply = |conn: &mut TcpStream, v: Value| {
         let _ = http::respond(conn, 200, "application/json", v.to_string().as_bytes());
     };

@@ -28,8 +28,13 @@ struct Server {
 
 impl Server {
     fn start(model: &str) -> Server {
+        Server::start_with(model, &[])
+    }
+
+    fn start_with(model: &str, extra: &[&str]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_synaptix"))
             .args(["serve", model, "--port", "0", "-t", "2", "--device", "cpu"])
+            .args(extra)
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
             .spawn()
@@ -50,11 +55,16 @@ impl Server {
 
     /// One request; returns (status, body).
     fn request(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        self.request_with(method, path, body, "")
+    }
+
+    /// One request with `headers` (each ending in \r\n) added; returns (status, body).
+    fn request_with(&self, method: &str, path: &str, body: &str, headers: &str) -> (u16, String) {
         let mut conn = TcpStream::connect(&self.addr).unwrap();
         write!(
             conn,
             "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\n\r\n{body}",
+             {headers}Content-Length: {}\r\n\r\n{body}",
             body.len()
         )
         .unwrap();
@@ -400,4 +410,29 @@ fn idle_connections_are_bounded() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     assert_eq!(status, 200, "served again once the idle connections closed");
+}
+
+/// With `--api-key`, every endpoint but /health wants `Authorization: Bearer KEY`.
+#[test]
+fn api_key_is_required_where_asked() {
+    let server = Server::start_with(&qwen(), &["--api-key", "s3cret"]);
+    let body = json!({"prompt": "Hi", "max_tokens": 2, "temperature": 0}).to_string();
+    for (headers, want) in [
+        ("", 401),
+        ("Authorization: Bearer wrong\r\n", 401),
+        ("Authorization: s3cret\r\n", 401),
+        ("Authorization: Bearer s3cret\r\n", 200),
+    ] {
+        let (status, text) = server.request_with("GET", "/v1/models", "", headers);
+        assert_eq!(status, want, "{headers:?}: {text}");
+        let (status, text) = server.request_with("POST", "/v1/completions", &body, headers);
+        assert_eq!(status, want, "{headers:?}: {text}");
+        if want == 401 {
+            let v: Value = serde_json::from_str(&text).unwrap();
+            assert!(v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("API key")));
+        }
+    }
+    assert_eq!(server.request("GET", "/health", "").0, 200);
 }
