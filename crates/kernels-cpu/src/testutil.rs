@@ -1,5 +1,22 @@
 //! Deterministic random data for unit tests.
 
+/// Every weight type with a dot-product kernel: the SIMD paths are checked against scalar for each.
+pub(crate) const DOT_TYPES: [DType; 13] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::Q8_0,
+    DType::Q2K,
+    DType::Q3K,
+    DType::Q4K,
+    DType::Q5K,
+    DType::Q6K,
+];
+
 /// SplitMix64.
 pub(crate) struct Rng(u64);
 

@@ -4,23 +4,7 @@
 use synaptix_core::DType;
 
 use super::*;
-use crate::testutil::{random_weights, scale_offsets, Rng};
-
-const DOT_TYPES: [DType; 13] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q2K,
-    DType::Q3K,
-    DType::Q4K,
-    DType::Q5K,
-    DType::Q6K,
-];
+use crate::testutil::{random_weights, scale_offsets, Rng, DOT_TYPES};
 
 /// Row lengths covering whole SIMD groups and tails: 32-blocks not a multiple of 8, float rows
 /// not a multiple of 32.

@@ -8,23 +8,7 @@ use synaptix_core::DType;
 
 use super::*;
 use crate::quant::{fill_acts_portable, quantize_acts_on, scalar_kernel};
-use crate::testutil::{random_weights, scale_offsets, Rng};
-
-const DOT_TYPES: [DType; 13] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q2K,
-    DType::Q3K,
-    DType::Q4K,
-    DType::Q5K,
-    DType::Q6K,
-];
+use crate::testutil::{random_weights, scale_offsets, Rng, DOT_TYPES};
 
 /// The kernel forms this CPU can run: widening multiplies, and `sdot` where present.
 fn forms() -> Vec<bool> {
