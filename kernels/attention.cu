@@ -6,6 +6,7 @@
 // probabilities rounded to f16; each output an f64 sum of exact f16×f16 products. f64 sums of
 // exact products do not depend on their order in practice, so the GPU lands on the CPU's values.
 #include "common.cuh"
+#include "quant8.cuh"
 
 // The KV cache is paged: position t of a sequence lives in page table[t / KV_PAGE], slot
 // t % KV_PAGE; a page holds [n_kv_heads, KV_PAGE, hd] f16 values.
@@ -244,7 +245,8 @@ extern "C" __global__ void attention_scores_f32(float* scores, float* smax, floa
 extern "C" __global__ void attention_pv_f32(float* out, double* partial, u32* tickets, const float* scores,
                                             const float* stats, const u16* v, const i32* table, const i32* pos,
                                             int n_heads, int n_kv_heads, int hd, int window, int capacity,
-                                            int span_len, int n_spans) {
+                                            int span_len, int n_spans, u8* acts, long long acts_meta,
+                                            int acts_format) {
     PDL_WAIT();
     PDL_TRIGGER();
     extern __shared__ float probs[];
@@ -320,6 +322,67 @@ extern "C" __global__ void attention_pv_f32(float* out, double* partial, u32* ti
         double s = red[threadIdx.x];
         for (int j = 1; j < slices; ++j) s += red[j * hd + threadIdx.x];
         out[head * hd + threadIdx.x] = (float)s;
+    }
+    // acts_format 1 / 2: the head's output also quantized to Q8_0 / Q8_1 for the output
+    // projection (hd a multiple of 32, so the head holds whole activation blocks; the host
+    // checks it), as quantize_q8_0 / _q8_1 would quantize out.
+    if (acts_format == 0) return;
+    __syncthreads();  // the head's output row is visible to the block
+    const int warp = threadIdx.x / WARP;
+    if (warp < hd / 32) {
+        const int b = (int)(head * (hd / 32)) + warp;
+        if (acts_format == 2) {
+            quantize_q8_32_block<true>(out, acts, acts_meta, b);
+        } else {
+            quantize_q8_32_block<false>(out, acts, acts_meta, b);
+        }
+    }
+}
+
+// rope_qk_f32 (kernels/rope.cu, the same operations) and kv_store_f32 in one launch: rotates q
+// and k in place and writes the rotated k and v into the paged caches at pos[row]. Block row:
+// blockIdx.y. Threads cover (head, pair) of the query heads, then of the key heads (each also
+// storing its two rotated key values), then every (kv head, d) for v and the unrotated key
+// dimensions d >= n_rot. cs: [rows, n_rot / 2, 2] (cos, sin).
+extern "C" __global__ void rope_qk_store_f32(float* q, float* k, const float* v, u16* kc, u16* vc,
+                                             const float* cs, const i32* table, const i32* pos, int n_q, int n_k,
+                                             int hd, int n_rot, int neox, float scale_q, int use_scale) {
+    PDL_WAIT();
+    PDL_TRIGGER();
+    const int row = blockIdx.y;
+    const int half = n_rot / 2;
+    int t = blockIdx.x * blockDim.x + threadIdx.x;
+    const int rotations = (n_q + n_k) * half;
+    if (t >= rotations + n_k * hd) return;
+    const int p = pos[row];
+    if (t >= rotations) {
+        t -= rotations;
+        const int h = t / hd, d = t % hd;
+        const i64 src = (i64)row * n_k * hd + t;
+        const i64 dst = kv_index(table, p, h, d, n_k, hd);
+        vc[dst] = f32_to_f16(v[src]);
+        if (d >= n_rot) kc[dst] = f32_to_f16(k[src]);
+        return;
+    }
+    const bool is_q = t < n_q * half;
+    if (!is_q) t -= n_q * half;
+    const int h = t / half, i = t % half;
+    const float c = cs[((i64)row * half + i) * 2], s = cs[((i64)row * half + i) * 2 + 1];
+    float* hp = is_q ? q + ((i64)row * n_q + h) * hd : k + ((i64)row * n_k + h) * hd;
+    const int a = neox ? i : 2 * i;
+    const int b = neox ? i + half : 2 * i + 1;
+    const float x0 = hp[a], x1 = hp[b];
+    float r0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    float r1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    if (is_q && use_scale) {
+        r0 = __fmul_rn(r0, scale_q);
+        r1 = __fmul_rn(r1, scale_q);
+    }
+    hp[a] = r0;
+    hp[b] = r1;
+    if (!is_q) {
+        kc[kv_index(table, p, h, a, n_k, hd)] = f32_to_f16(r0);
+        kc[kv_index(table, p, h, b, n_k, hd)] = f32_to_f16(r1);
     }
 }
 

@@ -22,7 +22,10 @@
 
 use cudarc::driver::LaunchConfig;
 
+use synaptix_core::DType;
+
 use crate::launch::Launch;
+use crate::ops::{DeviceActs, RopeParams};
 use crate::{CudaDevice, CudaError, DeviceBuffer, Result};
 
 /// Positions per KV page (`KV_PAGE` in `kernels/attention.cu`).
@@ -293,6 +296,96 @@ pub fn kv_store(
     Ok(())
 }
 
+/// `ops::rope_qk` of `q` (`p.n_heads` heads) and `k` (the cache's kv heads), then
+/// [`kv_store`] of the rotated `k` and of `v` at `positions`, in one launch (same values as the
+/// two ops). `q_scale` as for `ops::rope_qk` (it needs `n_rot == head_dim`).
+#[allow(clippy::too_many_arguments)]
+pub fn rope_qk_store(
+    dev: &CudaDevice,
+    q: &mut DeviceBuffer<f32>,
+    k: &mut DeviceBuffer<f32>,
+    v: &DeviceBuffer<f32>,
+    kv: &mut DeviceKv,
+    cos_sin: &DeviceBuffer<f32>,
+    p: RopeParams,
+    positions: &DeviceBuffer<i32>,
+    q_scale: Option<f32>,
+) -> Result<()> {
+    let half = p.n_rot / 2;
+    let rows = positions.len();
+    let (qw, kw) = (p.n_heads * p.head_dim, kv.n_kv_heads * kv.head_dim);
+    check(
+        "rope_qk_store",
+        p.head_dim == kv.head_dim
+            && p.n_rot <= p.head_dim
+            && p.n_rot.is_multiple_of(2)
+            && half > 0
+            && qw > 0
+            && q.len() == rows * qw
+            && k.len() == rows * kw
+            && v.len() == rows * kw
+            && cos_sin.len() == rows * half * 2
+            && (q_scale.is_none() || p.n_rot == p.head_dim),
+        || {
+            format!(
+                "q {} k {} v {} rows {rows} heads {}/{} head_dim {}/{} n_rot {} table {} scale {q_scale:?}",
+                q.len(),
+                k.len(),
+                v.len(),
+                p.n_heads,
+                kv.n_kv_heads,
+                p.head_dim,
+                kv.head_dim,
+                p.n_rot,
+                cos_sin.len()
+            )
+        },
+    )?;
+    if rows == 0 {
+        return Ok(());
+    }
+    let threads = (p.n_heads + kv.n_kv_heads) * half + kw;
+    let f = dev.function("attention", "rope_qk_store_f32")?;
+    let nq = i32_arg("rope_qk_store", "n_heads", p.n_heads)?;
+    let nk = i32_arg("rope_qk_store", "n_kv_heads", kv.n_kv_heads)?;
+    let hd = i32_arg("rope_qk_store", "head_dim", p.head_dim)?;
+    let nr = i32_arg("rope_qk_store", "n_rot", p.n_rot)?;
+    let neox = p.neox as i32;
+    let (scale, use_scale) = (q_scale.unwrap_or(1.0), q_scale.is_some() as i32);
+    let mut l = Launch::new(dev, &f);
+    l.arg(q)
+        .arg(k)
+        .arg(v)
+        .arg(&mut kv.k)
+        .arg(&mut kv.v)
+        .arg(cos_sin)
+        .arg(&kv.block_table)
+        .arg(positions)
+        .arg(nq)
+        .arg(nk)
+        .arg(hd)
+        .arg(nr)
+        .arg(neox)
+        .arg(scale)
+        .arg(use_scale);
+    // SAFETY: one thread per (head, pair) of the query then key heads of each row and per kv
+    // element of each row, inside q, k, v and the table (checked above); positions are below
+    // the capacity (the caller's KV bookkeeping guarantees it), so the cache writes land in
+    // pages of the block table.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (
+                threads.div_ceil(STORE_THREADS as usize) as u32,
+                rows as u32,
+                1,
+            ),
+            block_dim: (STORE_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(())
+}
+
 /// How [`attention`] attends.
 #[derive(Debug, Clone, Copy)]
 pub struct AttentionParams {
@@ -367,7 +460,7 @@ pub fn attention(
         return Ok(());
     }
     if rows <= DECODE_ROWS && kv.head_dim <= DECODE_MAX_HEAD_DIM {
-        return attention_decode(dev, out, q, kv, positions, p);
+        return attention_decode(dev, out, None, q, kv, positions, p);
     }
     let tiled = tiled_supported(kv.head_dim);
     match prefill_kernel() {
@@ -383,6 +476,50 @@ pub fn attention(
         }
         _ => attention_single_block(dev, out, q, kv, positions, p),
     }
+}
+
+/// Whether [`attention_quantized`] quantizes inside the attention launch for `acts` of
+/// `n_heads` heads of `head_dim` and `rows` query rows (the decode path, Q8_0 / Q8_1 blocks
+/// within a head); otherwise it quantizes in a launch of its own.
+pub fn attention_quantizes_inside(head_dim: usize, rows: usize, act: DType) -> bool {
+    rows <= DECODE_ROWS
+        && head_dim <= DECODE_MAX_HEAD_DIM
+        && head_dim.is_multiple_of(32)
+        && matches!(act, DType::Q8_0 | DType::Q8_1)
+}
+
+/// [`attention`], and `acts` = its output quantized for the output projection (bit for bit
+/// `ops::quantize_acts` of it). The decode path quantizes each head's output in its last
+/// launch where [`attention_quantizes_inside`] says so.
+pub fn attention_quantized(
+    dev: &CudaDevice,
+    out: &mut DeviceBuffer<f32>,
+    acts: &mut DeviceActs,
+    q: &DeviceBuffer<f32>,
+    kv: &mut DeviceKv,
+    positions: &DeviceBuffer<i32>,
+    p: AttentionParams,
+) -> Result<()> {
+    let rows = positions.len();
+    check_attention(out, q, kv, rows, &p)?;
+    check(
+        "attention",
+        acts.rows == rows && acts.cols == p.n_heads * kv.head_dim,
+        || {
+            format!(
+                "activations [{}, {}] for {rows} rows of {} heads × {}",
+                acts.rows, acts.cols, p.n_heads, kv.head_dim
+            )
+        },
+    )?;
+    if rows == 0 {
+        return Ok(());
+    }
+    if attention_quantizes_inside(kv.head_dim, rows, acts.dtype) {
+        return attention_decode(dev, out, Some(acts), q, kv, positions, p);
+    }
+    attention(dev, out, q, kv, positions, p)?;
+    crate::ops::quantize_acts(dev, acts, out)
 }
 
 /// Dynamic shared memory of `attention_f32` up to `max_pos`: the scores of positions
@@ -527,10 +664,13 @@ pub fn attention_flash(
 }
 
 /// The decode path of [`attention`] (shapes already checked, `1 <= rows <= DECODE_ROWS`,
-/// `head_dim <= DECODE_MAX_HEAD_DIM`).
+/// `head_dim <= DECODE_MAX_HEAD_DIM`; `acts`, when given, checked by
+/// [`attention_quantized`]: Q8_0 or Q8_1 of `[rows, n_heads * head_dim]`, head_dim a
+/// multiple of 32).
 fn attention_decode(
     dev: &CudaDevice,
     out: &mut DeviceBuffer<f32>,
+    acts: Option<&mut DeviceActs>,
     q: &DeviceBuffer<f32>,
     kv: &mut DeviceKv,
     positions: &DeviceBuffer<i32>,
@@ -614,11 +754,21 @@ fn attention_decode(
         .arg(cap)
         .arg(sl)
         .arg(ns);
+    let acts_format: i32 = match acts.as_ref().map(|a| a.dtype) {
+        None => 0,
+        Some(DType::Q8_1) => 2,
+        Some(_) => 1,
+    };
+    let acts_meta = acts.as_ref().map_or(0, |a| a.meta_offset as i64);
+    l.arg(acts.map(|a| &mut a.buf))
+        .arg(acts_meta)
+        .arg(acts_format);
     // SAFETY: same grid, ATTN_THREADS threads (the kernel's reduction array) and hd <=
     // ATTN_THREADS (checked by `attention`); reads what the previous launch wrote for spans
     // [lo, hi] and V at positions [first, pos[row]]; writes hd f64 per (row, head, span) into
     // `partial` (rows × n_heads × spans × hd) and out[row, head, 0..hd] (out: [rows, n_heads, hd],
-    // checked); shared memory holds span probabilities and page numbers.
+    // checked); shared memory holds span probabilities and page numbers. With activations, each
+    // head's last block quantizes its hd / 32 blocks of out into their slots of `acts`.
     unsafe {
         l.launch(LaunchConfig {
             shared_mem_bytes: pv_bytes as u32,

@@ -1362,8 +1362,9 @@ pub fn matvec_dequant(
 
 // The KV cache and attention live in `attention.rs`.
 pub use crate::attention::{
-    attention, attention_flash, attention_single_block, attention_tiled, kv_store, AttentionParams,
-    DeviceKv, ATTN_SPAN, DECODE_ROWS, KV_PAGE,
+    attention, attention_flash, attention_quantized, attention_quantizes_inside,
+    attention_single_block, attention_tiled, kv_store, rope_qk_store, AttentionParams, DeviceKv,
+    ATTN_SPAN, DECODE_ROWS, KV_PAGE,
 };
 
 /// Index of the largest value (lowest on ties), computed on the GPU.

@@ -1,7 +1,8 @@
 //! The CUDA sources of `kernels/`, embedded in the binary.
 //!
-//! One file per op family; every file starts with `#include "common.cuh"`, which is spliced in
-//! textually so NVRTC needs no include paths (and no CUDA headers on the user's machine).
+//! One file per op family; every file starts with `#include "common.cuh"` (and those that
+//! quantize activations include `quant8.cuh`), spliced in textually so NVRTC needs no include
+//! paths (and no CUDA headers on the user's machine).
 
 /// One `.cu` file.
 #[derive(Debug, Clone, Copy)]
@@ -12,6 +13,7 @@ pub struct KernelFile {
 }
 
 const COMMON: &str = include_str!("../../../kernels/common.cuh");
+const QUANT8: &str = include_str!("../../../kernels/quant8.cuh");
 
 /// Every kernel file, in a fixed order.
 pub const FILES: &[KernelFile] = &[
@@ -58,10 +60,13 @@ pub const FILES: &[KernelFile] = &[
 ];
 
 const INCLUDE_LINE: &str = "#include \"common.cuh\"";
+const QUANT8_LINE: &str = "#include \"quant8.cuh\"";
 
-/// The file's source with the shared header spliced in.
+/// The file's source with the shared headers spliced in.
 pub fn full_source(file: &KernelFile) -> String {
-    file.source.replacen(INCLUDE_LINE, COMMON, 1)
+    file.source
+        .replacen(INCLUDE_LINE, COMMON, 1)
+        .replacen(QUANT8_LINE, QUANT8, 1)
 }
 
 pub fn find(name: &str) -> Option<&'static KernelFile> {

@@ -1262,3 +1262,174 @@ fn matvec_many_matches_separate_products() {
         }
     }
 }
+
+/// `rope_qk_store` gives bit for bit what `rope_qk` then `kv_store` give: the rotated queries
+/// and keys, and every f16 of both caches (paged in reverse order), for both RoPE layouts,
+/// partial rotations and a query scale, with one and several rows.
+#[test]
+fn rope_qk_store_matches_rope_then_store() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let (n_q, n_k, head_dim, cap) = (6, 2, 64, 200);
+    let pages = cap / ops::KV_PAGE + 1;
+    let reversed: Vec<usize> = (0..pages).map(|i| pages - 1 - i).collect();
+    let all: Vec<i32> = (0..cap as i32).collect();
+    let base_k = rng.vec(cap * n_k * head_dim, 1.0);
+    let base_v = rng.vec(cap * n_k * head_dim, 1.0);
+    let cache = || {
+        let mut kv = DeviceKv::with_pages(&dev, n_k, head_dim, cap, pages, &reversed).unwrap();
+        let (k, v) = (dev.upload(&base_k).unwrap(), dev.upload(&base_v).unwrap());
+        ops::kv_store(&dev, &mut kv, &k, &v, &dev.upload(&all).unwrap()).unwrap();
+        kv
+    };
+    let bits = |b: &DeviceBuffer<f32>| -> Vec<u32> {
+        dev.download(b)
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    };
+    let cases: [(bool, usize, Option<f32>, &[i32]); 5] = [
+        (true, 64, None, &[37]),
+        (false, 64, Some(0.125), &[0]),
+        (true, 48, None, &[199, 3, 17]),
+        (false, 32, None, &[16]),
+        (true, 64, Some(0.3), &[5, 6, 7, 8, 9, 10, 11]),
+    ];
+    for (neox, n_rot, q_scale, positions) in cases {
+        let rows = positions.len();
+        let p = RopeParams {
+            n_heads: n_q,
+            head_dim,
+            n_rot,
+            neox,
+        };
+        let q = rng.vec(rows * n_q * head_dim, 1.0);
+        let k = rng.vec(rows * n_k * head_dim, 1.0);
+        let v = rng.vec(rows * n_k * head_dim, 1.0);
+        let table = dev.upload(&rng.vec(rows * n_rot, 1.0)).unwrap();
+        let dpos = dev.upload(positions).unwrap();
+        let dv = dev.upload(&v).unwrap();
+
+        let (mut fq, mut fk, mut fused) =
+            (dev.upload(&q).unwrap(), dev.upload(&k).unwrap(), cache());
+        ops::rope_qk_store(
+            &dev, &mut fq, &mut fk, &dv, &mut fused, &table, p, &dpos, q_scale,
+        )
+        .unwrap();
+        let (mut sq, mut sk, mut separate) =
+            (dev.upload(&q).unwrap(), dev.upload(&k).unwrap(), cache());
+        ops::rope_qk(&dev, &mut sq, &mut sk, &table, p, n_k, q_scale).unwrap();
+        ops::kv_store(&dev, &mut separate, &sk, &dv, &dpos).unwrap();
+
+        let what = format!("neox={neox} n_rot={n_rot} scale={q_scale:?} positions {positions:?}");
+        assert_eq!(bits(&fq), bits(&sq), "queries, {what}");
+        assert_eq!(bits(&fk), bits(&sk), "keys, {what}");
+        assert_eq!(
+            dev.download(&fused.k).unwrap(),
+            dev.download(&separate.k).unwrap(),
+            "key cache, {what}"
+        );
+        assert_eq!(
+            dev.download(&fused.v).unwrap(),
+            dev.download(&separate.v).unwrap(),
+            "value cache, {what}"
+        );
+    }
+    // A query scale with a partial rotation would leave elements unscaled: refused.
+    let p = RopeParams {
+        n_heads: n_q,
+        head_dim,
+        n_rot: 32,
+        neox: false,
+    };
+    let mut kv = cache();
+    let (mut q, mut k) = (
+        dev.upload(&vec![0f32; n_q * head_dim]).unwrap(),
+        dev.upload(&vec![0f32; n_k * head_dim]).unwrap(),
+    );
+    let v = dev.upload(&vec![0f32; n_k * head_dim]).unwrap();
+    let table = dev.upload(&[0f32; 32]).unwrap();
+    let pos = dev.upload(&[3i32]).unwrap();
+    let refused = ops::rope_qk_store(
+        &dev,
+        &mut q,
+        &mut k,
+        &v,
+        &mut kv,
+        &table,
+        p,
+        &pos,
+        Some(0.5),
+    );
+    assert!(refused.is_err());
+}
+
+/// `attention_quantized` gives bit for bit what `attention` then `quantize_acts` give (the
+/// output and the Q8_0 / Q8_1 activations), where the decode kernel quantizes inside (head
+/// dimensions 64 and 128, up to four rows) and where it falls back to a separate launch (head
+/// dimension 80, Q8_K, a prompt of seven rows).
+#[test]
+fn attention_quantized_matches_attention_then_quantize() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let cap = 300;
+    let cases: [(usize, usize, usize, DType, &[usize]); 7] = [
+        (14, 2, 64, DType::Q5_0, &[9]),
+        (14, 2, 64, DType::Q4_1, &[290, 3]),
+        (8, 8, 128, DType::Q8_0, &[0, 1, 2, 299]),
+        (8, 2, 128, DType::Q5_1, &[150]),
+        (6, 2, 80, DType::Q8_0, &[20]),
+        (8, 2, 128, DType::Q4K, &[31]),
+        (4, 2, 64, DType::Q4_0, &[10, 11, 12, 13, 14, 15, 16]),
+    ];
+    for (n_heads, n_kv, hd, weight, positions) in cases {
+        let k = rng.vec(cap * n_kv * hd, 1.0);
+        let v = rng.vec(cap * n_kv * hd, 1.0);
+        let mut kv = DeviceKv::new(&dev, n_kv, hd, cap).unwrap();
+        let all: Vec<i32> = (0..cap as i32).collect();
+        ops::kv_store(
+            &dev,
+            &mut kv,
+            &dev.upload(&k).unwrap(),
+            &dev.upload(&v).unwrap(),
+            &dev.upload(&all).unwrap(),
+        )
+        .unwrap();
+        let rows = positions.len();
+        let q = rng.vec(rows * n_heads * hd, 3.0);
+        let dq = dev.upload(&q).unwrap();
+        let pos32: Vec<i32> = positions.iter().map(|&p| p as i32).collect();
+        let dpos = dev.upload(&pos32).unwrap();
+        let params = AttentionParams {
+            n_heads,
+            scale: 1.0 / (hd as f32).sqrt(),
+            window: None,
+            max_pos: *positions.iter().max().unwrap(),
+        };
+        let width = n_heads * hd;
+        let mut out = poisoned(&dev, rows * width);
+        let mut acts = ops::DeviceActs::new(&dev, weight, rows, width).unwrap();
+        ops::attention_quantized(&dev, &mut out, &mut acts, &dq, &mut kv, &dpos, params).unwrap();
+        let mut want_out = poisoned(&dev, rows * width);
+        ops::attention(&dev, &mut want_out, &dq, &mut kv, &dpos, params).unwrap();
+        let mut want_acts = ops::DeviceActs::new(&dev, weight, rows, width).unwrap();
+        ops::quantize_acts(&dev, &mut want_acts, &want_out).unwrap();
+        let what = format!("heads {n_heads}/{n_kv} hd {hd} {weight} positions {positions:?}");
+        let (got, want) = (
+            dev.download(&out).unwrap(),
+            dev.download(&want_out).unwrap(),
+        );
+        let (bad, first) = attention_bit_mismatches(&got, &want);
+        assert_eq!(bad, 0, "{what}: outputs differ: {first:?}");
+        assert_eq!(
+            acts.to_ggml_bytes(&dev).unwrap(),
+            want_acts.to_ggml_bytes(&dev).unwrap(),
+            "{what}: activations differ"
+        );
+        let inside = ops::attention_quantizes_inside(hd, rows, acts.dtype());
+        eprintln!("attention_quantized {what}: bit-equal (quantized inside: {inside})");
+    }
+}

@@ -128,6 +128,26 @@ pub trait Backend: Send + Sync + 'static {
         pos: &Self::Positions,
         spec: &AttentionSpec,
     ) -> Result<Self::Tensor>;
+    /// [`Backend::rope_qk`], then [`Backend::attention`] of the rotated `q` and `k`, whose
+    /// output feeds the weight `consumer`: a backend may write the cache as it rotates and
+    /// prepare the output for `consumer` (quantize it) in the same step. `q` and `k` come back
+    /// rotated, as from `rope_qk`.
+    #[allow(clippy::too_many_arguments)]
+    fn rope_attention_for(
+        &self,
+        (q, k, v): (&mut Self::Tensor, &mut Self::Tensor, &Self::Tensor),
+        rope: &Rope,
+        heads: (usize, usize, usize),
+        q_scale: Option<f32>,
+        kv: &mut Self::Kv,
+        pos: &Self::Positions,
+        spec: &AttentionSpec,
+        consumer: &Self::Matrix,
+    ) -> Result<Self::Tensor> {
+        let _ = consumer;
+        self.rope_qk(q, k, rope, heads, pos, q_scale)?;
+        self.attention(q, k, v, kv, pos, spec)
+    }
     /// The last row of `x`.
     fn last_row(&self, x: Self::Tensor) -> Result<Self::Tensor>;
     /// `x = cap * tanh(x / cap)`.

@@ -110,6 +110,27 @@ impl CudaBackend {
         Ok(t)
     }
 
+    /// `y = x · wᵀ` with the epilogue, on the activations `x` was already quantized to when
+    /// they suit `w` (by a fused RMSNorm, GLU or attention), else quantizing them here.
+    fn matvec(
+        &self,
+        y: &mut CudaTensor,
+        w: &DeviceMatrix,
+        x: &CudaTensor,
+        epi: Epilogue,
+    ) -> Result<()> {
+        match &x.prepared {
+            Some(acts)
+                if ops::activation_format(w.dtype) == Some(acts.dtype())
+                    && acts.cols() == w.cols =>
+            {
+                ops::matvec_quantized_with(&self.device, &mut y.buf, w, acts, epi)?
+            }
+            _ => ops::matvec_with(&self.device, &mut y.buf, w, &x.buf, epi)?,
+        }
+        Ok(())
+    }
+
     /// An output tensor for an op that writes all of it (every kernel here does; the GPU
     /// parity tests poison outputs to check exactly that), so it is not cleared first.
     fn tensor(&self, rows: usize, cols: usize) -> Result<CudaTensor> {
@@ -238,7 +259,7 @@ impl Backend for CudaBackend {
             bias,
             residual: None,
         };
-        ops::matvec_with(&self.device, &mut y.buf, w, &x.buf, epi)?;
+        self.matvec(&mut y, w, x, epi)?;
         Ok(y)
     }
 
@@ -329,7 +350,7 @@ impl Backend for CudaBackend {
             bias: None,
             residual: Some(&residual.buf),
         };
-        ops::matvec_with(&self.device, &mut y.buf, w, &x.buf, epi)?;
+        self.matvec(&mut y, w, x, epi)?;
         *residual = y;
         Ok(())
     }
@@ -534,6 +555,85 @@ impl Backend for CudaBackend {
             max_pos,
         };
         ops::attention(&self.device, &mut out.buf, &q.buf, kv, &pos.dev, params)?;
+        Ok(out)
+    }
+
+    fn rope_attention_for(
+        &self,
+        (q, k, v): (&mut CudaTensor, &mut CudaTensor, &CudaTensor),
+        rope: &Rope,
+        heads: (usize, usize, usize),
+        q_scale: Option<f32>,
+        kv: &mut DeviceKv,
+        pos: &CudaPositions,
+        spec: &AttentionSpec,
+        consumer: &DeviceMatrix,
+    ) -> Result<CudaTensor> {
+        let (n_heads, n_kv_heads, head_dim) = heads;
+        // The fused kernel scales the queries only where the rotation covers them all.
+        let scale_fits = q_scale.is_none() || rope.n_rot == head_dim;
+        if fusion_disabled()
+            || !scale_fits
+            || kv.head_dim != head_dim
+            || kv.n_kv_heads != n_kv_heads
+            || spec.n_heads != n_heads
+        {
+            self.rope_qk(q, k, rope, heads, pos, q_scale)?;
+            return self.attention(q, k, v, kv, pos, spec);
+        }
+        let max_pos = pos.host.iter().copied().max().unwrap_or(0);
+        if max_pos >= kv.capacity {
+            return Err(NnError::ContextFull {
+                pos: max_pos,
+                capacity: kv.capacity,
+            });
+        }
+        q.prepared = None;
+        k.prepared = None;
+        let rope_params = RopeParams {
+            n_heads,
+            head_dim,
+            n_rot: rope.n_rot,
+            neox: rope.style == RopeStyle::Neox,
+        };
+        let table = self.rope_table(rope, pos)?;
+        ops::rope_qk_store(
+            &self.device,
+            &mut q.buf,
+            &mut k.buf,
+            &v.buf,
+            kv,
+            &table,
+            rope_params,
+            &pos.dev,
+            q_scale,
+        )?;
+        let mut out = self.tensor(q.rows, q.cols)?;
+        let params = AttentionParams {
+            n_heads,
+            scale: spec.scale,
+            window: spec.window,
+            max_pos,
+        };
+        match ops::activation_format(consumer.dtype) {
+            Some(format)
+                if consumer.cols == q.cols
+                    && ops::attention_quantizes_inside(head_dim, q.rows, format) =>
+            {
+                let mut acts = DeviceActs::new(&self.device, consumer.dtype, q.rows, q.cols)?;
+                ops::attention_quantized(
+                    &self.device,
+                    &mut out.buf,
+                    &mut acts,
+                    &q.buf,
+                    kv,
+                    &pos.dev,
+                    params,
+                )?;
+                out.prepared = Some(Arc::new(acts));
+            }
+            _ => ops::attention(&self.device, &mut out.buf, &q.buf, kv, &pos.dev, params)?,
+        }
         Ok(out)
     }
 

@@ -89,10 +89,18 @@ impl<B: Backend> SelfAttention<B> {
             record(be, tap, name, "Kcur_normed", &k)?;
         }
         let heads = (s.n_heads, s.n_kv_heads, s.head_dim);
-        be.rope_qk(&mut q, &mut k, &self.rope, heads, pos, self.q_scale)?;
+        let attn = be.rope_attention_for(
+            (&mut q, &mut k, &v),
+            &self.rope,
+            heads,
+            self.q_scale,
+            kv,
+            pos,
+            s,
+            &self.o.weight,
+        )?;
         record(be, tap, name, "Qcur_rope", &q)?;
         record(be, tap, name, "Kcur_rope", &k)?;
-        let attn = be.attention(&q, &k, &v, kv, pos, s)?;
         record(be, tap, name, "kqv_out", &attn)?;
         Ok(attn)
     }
