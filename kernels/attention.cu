@@ -97,7 +97,9 @@ extern "C" __global__ void attention_f32(float* out, const float* q, const u16* 
 // products, per position slice, per span, then over spans in span order. Only the grouping of
 // f64 additions differs.
 //
-// Two launches, both grid (n_spans, n_heads, rows), ATTN_THREADS threads:
+// Two launches, both grid (n_spans, n_heads, rows), ATTN_THREADS threads (for ranges of at most
+// short_max positions the first returns at once and one block per head of the second computes
+// the head in one pass, see attention_short):
 // - attention_scores_f32: a span's scores and their max; the last block of a (row, head) to
 //   finish (a self-resetting atomic ticket) takes the global max and the sum of exps over the
 //   attended groups, and stores (max, inv).
@@ -159,6 +161,127 @@ __device__ __forceinline__ double load_cg(const double* p) {
     return v;
 }
 
+// Short ranges (at most short_max attended positions): one block per (row, head) computes the
+// whole head in attention_pv_f32, and attention_scores_f32 returns at once: no scratch, no
+// tickets, one pass over K and V. Same arithmetic as the split path.
+__device__ __forceinline__ bool is_short(const DecodeRange& r, int short_max) {
+    return r.p - r.first + 1 <= short_max;
+}
+
+// One head of one query row over positions [first, p] by the whole block (ATTN_THREADS threads;
+// hd a multiple of 8 with hd / 8 in 4..32, which the host checks), as attention_f32 computes it:
+// each score an f64 sum of exact products, rounded to f32, times scale; the max; the f64 sum of
+// the aligned groups of four's f32 sums of ggml_expf(s - max); probabilities rounded to f16; each
+// output an f64 sum of exact products. Lanes read 8 halves at once (L = hd / 8 lanes per cache
+// row, ATTN_THREADS / L rows per pass) so that many loads are in flight: one block reads a head's
+// keys and values in a few round trips. smem: hd + (p - first + 8) floats; red: hd × 8 doubles
+// per pass row (ATTN_THREADS × 8 in all).
+__device__ void attention_short(float* out_h, const float* qh, const u16* k, const u16* v, const i32* table,
+                                int kvh, int n_kv_heads, int hd, float scale, int first, int p, float* smem,
+                                double* red) {
+    float* q16 = smem;
+    const int base = first / 4 * 4;
+    const int n = (p / 4 + 1) * 4 - base;  // the aligned groups of four holding [first, p]
+    float* s = smem + hd;                   // s[i]: position base + i
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) q16[d] = f16_to_f32(f32_to_f16(qh[d]));
+    __syncthreads();
+    const int L = hd / 8;
+    const int sub = threadIdx.x % L, slot = threadIdx.x / L, slots = ATTN_THREADS / L;
+    const int d0 = 8 * sub;
+    // Scores: cache row i = slot, slot + slots, ...; four rows' loads issued before their sums.
+    // The loop bound is block-uniform, so every lane reaches the shuffles.
+    for (int ib = 0; ib < n; ib += 4 * slots) {
+        const int i0 = ib + slot;
+        uint4 w[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int t = base + i0 + j * slots;
+            w[j] = make_uint4(0, 0, 0, 0);
+            if (i0 + j * slots < n && t >= first && t <= p) {
+                w[j] = *(const uint4*)(k + kv_index(table, t, kvh, d0, n_kv_heads, hd));
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int i = i0 + j * slots;
+            const int t = base + i;
+            const u32 h[4] = {w[j].x, w[j].y, w[j].z, w[j].w};
+            double acc = 0.0;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                const u16 x = (u16)(h[e / 2] >> (16 * (e % 2)));
+                acc += (double)__fmul_rn(f16_to_f32(x), q16[d0 + e]);
+            }
+            for (int o = L / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+            if (sub == 0 && i < n) s[i] = (t >= first && t <= p) ? __fmul_rn((float)acc, scale) : -INFINITY;
+        }
+    }
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, s[i]);
+    mx = block_max(mx);
+    double sum = 0.0;
+    for (int g = threadIdx.x; g < n / 4; g += blockDim.x) {
+        float e[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            e[j] = ggml_expf(__fsub_rn(s[4 * g + j], mx));
+            s[4 * g + j] = e[j];
+        }
+        sum += (double)__fadd_rn(__fadd_rn(e[0], e[1]), __fadd_rn(e[2], e[3]));
+    }
+    sum = block_sum_f64(sum);
+    const float inv = (float)(1.0 / sum);
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s[i] = f16_to_f32(f32_to_f16(__fmul_rn(s[i], inv)));
+    __syncthreads();
+    // P·V: thread (slot, sub) sums d0 .. d0 + 7 over positions first + slot, + slots, ... in f64;
+    // the slots are then added in order.
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int t0 = first + slot; t0 <= p; t0 += 4 * slots) {
+        uint4 w[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int t = t0 + j * slots;
+            w[j] = t <= p ? *(const uint4*)(v + kv_index(table, t, kvh, d0, n_kv_heads, hd)) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int t = t0 + j * slots;
+            if (t > p) break;
+            const float pr = s[t - base];
+            const u32 h[4] = {w[j].x, w[j].y, w[j].z, w[j].w};
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[e] += (double)__fmul_rn(f16_to_f32((u16)(h[e / 2] >> (16 * (e % 2)))), pr);
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) red[slot * hd + d0 + e] = acc[e];
+    __syncthreads();
+    if (threadIdx.x < hd) {
+        double o = red[threadIdx.x];
+        for (int j = 1; j < slots; ++j) o += red[j * hd + threadIdx.x];
+        out_h[threadIdx.x] = (float)o;
+    }
+}
+
+// acts_format 1 / 2: the head's output row out_h (written by this block) also quantized to
+// Q8_0 / Q8_1 for the output projection (hd a multiple of 32, so the head holds whole activation
+// blocks, the first being `block0`; the host checks it), as quantize_q8_0 / _q8_1 would.
+__device__ __forceinline__ void quantize_head(const float* out, u8* acts, long long acts_meta, int acts_format,
+                                              int block0, int hd) {
+    if (acts_format == 0) return;
+    __syncthreads();  // the head's output row is visible to the block
+    const int warp = threadIdx.x / WARP;
+    if (warp < hd / 32) {
+        if (acts_format == 2) {
+            quantize_q8_32_block<true>(out, acts, acts_meta, block0 + warp);
+        } else {
+            quantize_q8_32_block<false>(out, acts, acts_meta, block0 + warp);
+        }
+    }
+}
+
 // q: [rows, n_heads, hd]; k: paged f16 cache. Block (span, head, row) writes this span's scores
 // (all span_len of them, -inf where masked) and their max; the head's last block then stores
 // stats = (global max, inv). Dynamic shared memory: hd f16-rounded query values, then span_len
@@ -166,13 +289,14 @@ __device__ __forceinline__ double load_cg(const double* p) {
 extern "C" __global__ void attention_scores_f32(float* scores, float* smax, float* stats, u32* tickets,
                                                 const float* q, const u16* k, const i32* table, const i32* pos,
                                                 int n_heads, int n_kv_heads, int hd, float scale, int window,
-                                                int capacity, int span_len, int n_spans) {
+                                                int capacity, int span_len, int n_spans, int short_max) {
     PDL_WAIT();
     PDL_TRIGGER();
     extern __shared__ float smem[];
     const int span = blockIdx.x, h = blockIdx.y, row = blockIdx.z;
     DecodeRange r;
     if (!decode_range(pos, row, window, capacity, span_len, &r) || span < r.lo || span > r.hi) return;
+    if (is_short(r, short_max)) return;  // attention_pv_f32 does it all
     const int S = span_len, t0 = span * S;
     const int kvh = h / (n_heads / n_kv_heads);
     const i64 head = (i64)row * n_heads + h;
@@ -241,16 +365,19 @@ extern "C" __global__ void attention_scores_f32(float* scores, float* smax, floa
 // slices (ATTN_THREADS / hd of them, each summed in position order, then added in slice order);
 // the head's last block adds the spans' shares in span order into out: [rows, n_heads, hd].
 // v: paged f16 cache. Dynamic shared memory: span_len f16-rounded probabilities, then
-// span_len / KV_PAGE page numbers.
+// span_len / KV_PAGE page numbers; or, for a short range, block (hi, head, row) alone computes
+// the head (attention_short: hd + short_max + 8 floats).
 extern "C" __global__ void attention_pv_f32(float* out, double* partial, u32* tickets, const float* scores,
                                             const float* stats, const u16* v, const i32* table, const i32* pos,
                                             int n_heads, int n_kv_heads, int hd, int window, int capacity,
                                             int span_len, int n_spans, u8* acts, long long acts_meta,
-                                            int acts_format) {
+                                            int acts_format, const float* q, const u16* k, float scale,
+                                            int short_max) {
     PDL_WAIT();
     PDL_TRIGGER();
     extern __shared__ float probs[];
-    __shared__ double red[ATTN_THREADS];
+    // ATTN_THREADS entries for the split path, 8 × ATTN_THREADS for attention_short.
+    __shared__ double red[8 * ATTN_THREADS];
     const int span = blockIdx.x, h = blockIdx.y, row = blockIdx.z;
     const i64 head = (i64)row * n_heads + h;
     DecodeRange r;
@@ -261,8 +388,15 @@ extern "C" __global__ void attention_pv_f32(float* out, double* partial, u32* ti
         return;
     }
     if (span < r.lo || span > r.hi) return;
-    const int S = span_len, t0 = span * S;
     const int kvh = h / (n_heads / n_kv_heads);
+    if (is_short(r, short_max)) {
+        if (span != r.hi) return;
+        attention_short(out + head * hd, q + head * hd, k, v, table, kvh, n_kv_heads, hd, scale, r.first, r.p, probs,
+                        red);
+        quantize_head(out, acts, acts_meta, acts_format, (int)(head * (hd / 32)), hd);
+        return;
+    }
+    const int S = span_len, t0 = span * S;
     i32* pages = (i32*)(probs + S);  // [S / KV_PAGE]
     const float mx = stats[head * 2], inv = stats[head * 2 + 1];
     const float* sc = scores + head * n_spans * S + t0;
@@ -323,20 +457,7 @@ extern "C" __global__ void attention_pv_f32(float* out, double* partial, u32* ti
         for (int j = 1; j < slices; ++j) s += red[j * hd + threadIdx.x];
         out[head * hd + threadIdx.x] = (float)s;
     }
-    // acts_format 1 / 2: the head's output also quantized to Q8_0 / Q8_1 for the output
-    // projection (hd a multiple of 32, so the head holds whole activation blocks; the host
-    // checks it), as quantize_q8_0 / _q8_1 would quantize out.
-    if (acts_format == 0) return;
-    __syncthreads();  // the head's output row is visible to the block
-    const int warp = threadIdx.x / WARP;
-    if (warp < hd / 32) {
-        const int b = (int)(head * (hd / 32)) + warp;
-        if (acts_format == 2) {
-            quantize_q8_32_block<true>(out, acts, acts_meta, b);
-        } else {
-            quantize_q8_32_block<false>(out, acts, acts_meta, b);
-        }
-    }
+    quantize_head(out, acts, acts_meta, acts_format, (int)(head * (hd / 32)), hd);
 }
 
 // rope_qk_f32 (kernels/rope.cu, the same operations) and kv_store_f32 in one launch: rotates q

@@ -18,7 +18,9 @@
 //! - decode (at most [`DECODE_ROWS`] rows): two kernels split over spans of
 //!   [`DeviceKv::decode_span`] positions (chosen per cache from its capacity) whose grids, shared
 //!   memory and arguments depend only on the cache's shapes, so a decode step can be captured in
-//!   a CUDA graph (the kernels read the positions on the device).
+//!   a CUDA graph (the kernels read the positions on the device). Ranges of at most
+//!   [`ATTN_SHORT`] positions are computed in one pass by one block per head of the second
+//!   kernel (the first returns at once).
 
 use cudarc::driver::LaunchConfig;
 
@@ -38,6 +40,14 @@ pub const ATTN_MIN_SPAN: usize = 16;
 /// Spans a cache is cut into at most, below [`ATTN_SPAN`]-position spans: short contexts get
 /// many blocks, while the scratch stays bounded for long caches.
 const ATTN_TARGET_SPANS: usize = 64;
+/// Attended positions up to which a decode step computes each head in one pass (see
+/// `short_max`). On the H200, tg1024 (Qwen2.5 0.5B Q8_0 / 1.5B Q4_K_M) ran 910 / 481 t/s with
+/// the split kernels only, 928 / 488 with 256, 930 / 474 with 512 and 861 / 412 with 1024.
+pub const ATTN_SHORT: usize = 256;
+/// The most `SYNAPTIX_ATTN_SHORT` may ask for: its scores then take 17 KiB of dynamic shared
+/// memory, which with the kernel's 16 KiB reduction array stays within the 48 KiB a launch gets
+/// without opting in.
+const MAX_ATTN_SHORT: usize = 4096;
 /// [`attention`] takes the decode path up to this many query rows.
 pub const DECODE_ROWS: usize = 4;
 /// Threads per block of the span kernels (`ATTN_THREADS`).
@@ -431,11 +441,31 @@ fn check_attention(
 }
 
 /// Dynamic shared memory of `attention_scores_f32` (head_dim query values, span scores, span /
-/// KV_PAGE page numbers) and of `attention_pv_f32` (span probabilities and page numbers): at
-/// most 2.1 KiB, whatever the shapes the decode path takes.
-fn decode_shared(span: usize, head_dim: usize) -> (usize, usize) {
+/// KV_PAGE page numbers: at most 2.1 KiB) and of `attention_pv_f32` (span probabilities and page
+/// numbers, or for the one-pass path head_dim query values and `short_max + 8` scores: 2.1 KiB
+/// by default, at most 17 KiB).
+fn decode_shared(span: usize, head_dim: usize, short_max: usize) -> (usize, usize) {
     let pages = span / KV_PAGE;
-    ((head_dim + span + pages) * 4, (span + pages) * 4)
+    let short = if short_max > 0 {
+        (head_dim + short_max + 8) * 4
+    } else {
+        0
+    };
+    ((head_dim + span + pages) * 4, ((span + pages) * 4).max(short))
+}
+
+/// The longest attended range the decode path computes in one pass, one block per head
+/// (`attention_short` in kernels/attention.cu): `SYNAPTIX_ATTN_SHORT` positions (0: never),
+/// by default [`ATTN_SHORT`]. Longer ranges take the split kernels.
+fn short_max() -> usize {
+    static SHORT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SHORT.get_or_init(|| {
+        std::env::var("SYNAPTIX_ATTN_SHORT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(ATTN_SHORT)
+            .min(MAX_ATTN_SHORT)
+    })
 }
 
 /// Attention of `q: [rows, n_heads * head_dim]` at `positions` over `kv` (already holding them).
@@ -680,7 +710,14 @@ fn attention_decode(
     kv.reserve_decode(dev, p.n_heads, rows)?;
     let (n_heads, n_kv, hd) = (p.n_heads, kv.n_kv_heads, kv.head_dim);
     let (span, spans) = (kv.decode_span(), kv.n_spans());
-    let (scores_bytes, pv_bytes) = decode_shared(span, hd);
+    // The one-pass kernel reads 8 halves per lane, hd / 8 lanes per cache row (4..=32).
+    let short = if matches!(hd, 32 | 64 | 128 | 256) {
+        short_max()
+    } else {
+        0
+    };
+    let (scores_bytes, pv_bytes) = decode_shared(span, hd, short);
+    let short32 = i32_arg("attention", "short range", short)?;
     let nh = i32_arg("attention", "n_heads", n_heads)?;
     let nkv = i32_arg("attention", "n_kv_heads", n_kv)?;
     let hd32 = i32_arg("attention", "head_dim", hd)?;
@@ -724,7 +761,8 @@ fn attention_decode(
         .arg(win)
         .arg(cap)
         .arg(sl)
-        .arg(ns);
+        .arg(ns)
+        .arg(short32);
     // SAFETY: grid (spans, n_heads, rows) over q: [rows, n_heads, hd] and the scratch sized for
     // at least `rows` rows of n_heads heads × spans × span (stats: 2, tickets: 1 per head, zero
     // between launches); shared memory holds hd query values, span scores and span / KV_PAGE
@@ -762,13 +800,19 @@ fn attention_decode(
     let acts_meta = acts.as_ref().map_or(0, |a| a.meta_offset as i64);
     l.arg(acts.map(|a| &mut a.buf))
         .arg(acts_meta)
-        .arg(acts_format);
+        .arg(acts_format)
+        .arg(q)
+        .arg(&kv.k)
+        .arg(scale)
+        .arg(short32);
     // SAFETY: same grid, ATTN_THREADS threads (the kernel's reduction array) and hd <=
     // ATTN_THREADS (checked by `attention`); reads what the previous launch wrote for spans
     // [lo, hi] and V at positions [first, pos[row]]; writes hd f64 per (row, head, span) into
     // `partial` (rows × n_heads × spans × hd) and out[row, head, 0..hd] (out: [rows, n_heads, hd],
-    // checked); shared memory holds span probabilities and page numbers. With activations, each
-    // head's last block quantizes its hd / 32 blocks of out into their slots of `acts`.
+    // checked); shared memory holds span probabilities and page numbers, or for a range of at
+    // most `short` positions (one block per head reads q, K and V at positions [first,
+    // pos[row]]) hd + short + 8 floats. With activations, the block that writes a head's output
+    // quantizes its hd / 32 blocks of out into their slots of `acts`.
     unsafe {
         l.launch(LaunchConfig {
             shared_mem_bytes: pv_bytes as u32,
