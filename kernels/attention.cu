@@ -265,14 +265,27 @@ __device__ void attention_short(float* out_h, const float* qh, const u16* k, con
     }
 }
 
-// acts_format 1 / 2: the head's output row out_h (written by this block) also quantized to
-// Q8_0 / Q8_1 for the output projection (hd a multiple of 32, so the head holds whole activation
-// blocks, the first being `block0`; the host checks it), as quantize_q8_0 / _q8_1 would.
-__device__ __forceinline__ void quantize_head(const float* out, u8* acts, long long acts_meta, int acts_format,
-                                              int block0, int hd) {
+// The head `head` (of all rows' heads) of out: [rows, n_heads, hd], just written by this block,
+// also quantized for the output projection as quantize_q8_* would quantize out: acts_format 1
+// Q8_0, 2 Q8_1 (hd a multiple of 32: the head holds whole blocks), 3 Q8_K (hd divides 256: a
+// block holds 256 / hd heads, and the last of their blocks to finish, by `tickets[block]`,
+// quantizes it). The host checks the shapes.
+__device__ __forceinline__ void quantize_head(const float* out, u8* acts, long long acts_meta, long long acts_bsums,
+                                              int acts_format, u32* tickets, i64 head, int hd) {
     if (acts_format == 0) return;
+    if (acts_format == 3) {
+        __shared__ __align__(16) float vals[QK_K];
+        const int per = QK_K / hd;
+        const i64 b = head / per;
+        if (!last_block_of(tickets + b, per)) return;
+        for (int i = threadIdx.x; i < QK_K; i += blockDim.x) vals[i] = load_cg(out + b * QK_K + i);
+        __syncthreads();
+        if (threadIdx.x < WARP) quantize_q8_k_values(vals, acts, acts_meta, acts_bsums, (int)b);
+        return;
+    }
     __syncthreads();  // the head's output row is visible to the block
     const int warp = threadIdx.x / WARP;
+    const int block0 = (int)(head * (hd / 32));
     if (warp < hd / 32) {
         if (acts_format == 2) {
             quantize_q8_32_block<true>(out, acts, acts_meta, block0 + warp);
@@ -280,6 +293,30 @@ __device__ __forceinline__ void quantize_head(const float* out, u8* acts, long l
             quantize_q8_32_block<false>(out, acts, acts_meta, block0 + warp);
         }
     }
+}
+
+// Prefill with the one-pass head computation: block (row, head), ATTN_THREADS threads, hd in
+// {32, 64, 128, 256}; dynamic shared memory hd + max_pos + 8 floats (max_pos: the largest
+// position of the rows, sized by the host). The signature of attention_tiled_f32. Bit for bit
+// attention_f32 (f64 sums of exact products; only their grouping differs), with 16-byte reads
+// of the cache instead of one half per lane. A row whose position is outside the cache gets NaN.
+extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
+    attention_rows_f32(float* out, const float* q, const u16* k, const u16* v, const i32* table, const i32* pos,
+                       int rows, int n_heads, int n_kv_heads, int hd, float scale, int window, int capacity) {
+    PDL_WAIT();
+    PDL_TRIGGER();
+    extern __shared__ float smem[];
+    __shared__ double red[8 * ATTN_THREADS];
+    const int row = blockIdx.x, h = blockIdx.y;
+    const i64 head = (i64)row * n_heads + h;
+    const int p = pos[row];
+    if (p < 0 || p >= capacity) {
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) out[head * hd + d] = __int_as_float(0x7fc00000);
+        return;
+    }
+    const int first = window > 0 ? max(0, p + 1 - window) : 0;
+    attention_short(out + head * hd, q + head * hd, k, v, table, h / (n_heads / n_kv_heads), n_kv_heads, hd, scale,
+                    first, p, smem, red);
 }
 
 // q: [rows, n_heads, hd]; k: paged f16 cache. Block (span, head, row) writes this span's scores
@@ -371,8 +408,8 @@ extern "C" __global__ void attention_pv_f32(float* out, double* partial, u32* ti
                                             const float* stats, const u16* v, const i32* table, const i32* pos,
                                             int n_heads, int n_kv_heads, int hd, int window, int capacity,
                                             int span_len, int n_spans, u8* acts, long long acts_meta,
-                                            int acts_format, const float* q, const u16* k, float scale,
-                                            int short_max) {
+                                            long long acts_bsums, int acts_format, u32* acts_tickets,
+                                            const float* q, const u16* k, float scale, int short_max) {
     PDL_WAIT();
     PDL_TRIGGER();
     extern __shared__ float probs[];
@@ -393,7 +430,7 @@ extern "C" __global__ void attention_pv_f32(float* out, double* partial, u32* ti
         if (span != r.hi) return;
         attention_short(out + head * hd, q + head * hd, k, v, table, kvh, n_kv_heads, hd, scale, r.first, r.p, probs,
                         red);
-        quantize_head(out, acts, acts_meta, acts_format, (int)(head * (hd / 32)), hd);
+        quantize_head(out, acts, acts_meta, acts_bsums, acts_format, acts_tickets, head, hd);
         return;
     }
     const int S = span_len, t0 = span * S;
@@ -457,7 +494,7 @@ extern "C" __global__ void attention_pv_f32(float* out, double* partial, u32* ti
         for (int j = 1; j < slices; ++j) s += red[j * hd + threadIdx.x];
         out[head * hd + threadIdx.x] = (float)s;
     }
-    quantize_head(out, acts, acts_meta, acts_format, (int)(head * (hd / 32)), hd);
+    quantize_head(out, acts, acts_meta, acts_bsums, acts_format, acts_tickets, head, hd);
 }
 
 // rope_qk_f32 (kernels/rope.cu, the same operations) and kv_store_f32 in one launch: rotates q

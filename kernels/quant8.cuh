@@ -67,10 +67,11 @@ __device__ void quantize_q8_32_block(const float* x, u8* out, long long meta, in
     }
 }
 
-// Q8_K block `b` of x (by the calling warp), lane i holding elements 8i .. 8i + 7.
-__device__ void quantize_q8_k_block(const float* x, u8* out, long long meta, long long bsums, int b) {
+// Q8_K block `b` (by the calling warp), lane i holding elements 8i .. 8i + 7.
+// xb: the block's 256 values (global or shared memory, 16-byte aligned).
+__device__ void quantize_q8_k_values(const float* xb, u8* out, long long meta, long long bsums, int b) {
     const int lane = threadIdx.x % WARP;
-    const float4* xv = (const float4*)(x + (i64)b * QK_K + 8 * lane);
+    const float4* xv = (const float4*)(xb + 8 * lane);
     const float4 v0 = xv[0], v1 = xv[1];
     const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
     // amax over |x| (`|x| > amax` never holds for NaN), then the first element of that
@@ -124,4 +125,8 @@ __device__ void quantize_q8_k_block(const float* x, u8* out, long long meta, lon
     const int group = sum + __shfl_xor_sync(Q8_FULL, sum, 1);  // 16 quants: lanes 2g, 2g + 1
     if (lane % 2 == 0) bs[lane / 2] = (short)group;
     if (lane == 0) *dptr = __fdiv_rn(1.0f, iscale);
+}
+
+__device__ __forceinline__ void quantize_q8_k_block(const float* x, u8* out, long long meta, long long bsums, int b) {
+    quantize_q8_k_values(x + (i64)b * QK_K, out, meta, bsums, b);
 }

@@ -2,8 +2,11 @@
 //! [`crate::ops`].
 //!
 //! Launch paths:
-//! - prefill (more than [`DECODE_ROWS`] query rows): the single-block kernel below while the
-//!   prompt's scores fit its shared memory, then (head dimension 16, 32, 64, 128 or 256)
+//! - prefill (more than [`DECODE_ROWS`] query rows), head dimension 32, 64, 128 or 256:
+//!   `attention_rows_f32`, one block per (row, head) computing the head in one pass with
+//!   16-byte cache reads (the decode path's short-range code), while the scores fit its shared
+//!   memory; other head dimensions: the single-block kernel below while the
+//!   prompt's scores fit its shared memory; then (head dimension 16, 32, 64, 128 or 256)
 //!   `attention_tiled_f32`, tiled like flash attention (16 query rows per block share each K/V
 //!   tile; max, sum of exps and probabilities · V in three passes over the tiles) with the
 //!   CPU's exact arithmetic (f64 sums of exact products): bit for bit `attention_f32`
@@ -142,7 +145,9 @@ pub fn decode_span(capacity: usize) -> usize {
 /// - `stats`: f32 `[rows, n_heads, 2]`, the global max and `1 / sum of exps`;
 /// - `partial`: f64 `[rows, n_heads, n_spans, head_dim]`, each span's share of probs · V;
 /// - `tickets_scores`, `tickets_pv`: u32 `[rows, n_heads]`, the last-block counters of the two
-///   kernels, zero between launches (the last block wraps its counter back to zero).
+///   kernels, zero between launches (the last block wraps its counter back to zero);
+/// - `tickets_quant`: u32, one per Q8_K block of the output (at most `rows × n_heads`), the
+///   counters of the heads sharing it when the output is quantized to Q8_K.
 struct DecodeScratch {
     n_heads: usize,
     rows: usize,
@@ -152,6 +157,7 @@ struct DecodeScratch {
     partial: DeviceBuffer<f64>,
     tickets_scores: DeviceBuffer<u32>,
     tickets_pv: DeviceBuffer<u32>,
+    tickets_quant: DeviceBuffer<u32>,
 }
 
 /// A layer's KV cache in f16, paged: position `t` lives in page `block_table[t / KV_PAGE]`, each
@@ -228,10 +234,10 @@ impl DeviceKv {
     }
 
     /// Bytes of decode scratch [`DeviceKv::reserve_decode`] allocates for `n_heads` query heads
-    /// and `rows` query rows: `rows × n_heads × (n_spans × (span × 4 + 4 + head_dim × 8) + 16)`.
+    /// and `rows` query rows: `rows × n_heads × (n_spans × (span × 4 + 4 + head_dim × 8) + 20)`.
     pub fn decode_scratch_bytes(&self, n_heads: usize, rows: usize) -> usize {
         let (span, spans) = (self.decode_span(), self.n_spans());
-        rows * n_heads * (spans * (span * 4 + 4 + self.head_dim * 8) + 2 * 4 + 2 * 4)
+        rows * n_heads * (spans * (span * 4 + 4 + self.head_dim * 8) + 2 * 4 + 3 * 4)
     }
 
     /// Allocates the decode path's scratch for `n_heads` query heads and up to `rows` query rows
@@ -260,6 +266,7 @@ impl DeviceKv {
             partial: dev.zeros(heads * spans * self.head_dim)?,
             tickets_scores: dev.zeros(heads)?,
             tickets_pv: dev.zeros(heads)?,
+            tickets_quant: dev.zeros(heads)?,
         });
         Ok(())
     }
@@ -451,7 +458,10 @@ fn decode_shared(span: usize, head_dim: usize, short_max: usize) -> (usize, usiz
     } else {
         0
     };
-    ((head_dim + span + pages) * 4, ((span + pages) * 4).max(short))
+    (
+        (head_dim + span + pages) * 4,
+        ((span + pages) * 4).max(short),
+    )
 }
 
 /// The longest attended range the decode path computes in one pass, one block per head
@@ -498,6 +508,11 @@ pub fn attention(
             attention_flash(dev, out, q, kv, positions, p)
         }
         PrefillKernel::Tiled if tiled => attention_tiled(dev, out, q, kv, positions, p),
+        PrefillKernel::Exact
+            if rows_supported(kv.head_dim) && rows_fit(dev, kv.head_dim, p.max_pos)? =>
+        {
+            attention_rows(dev, out, q, kv, positions, p)
+        }
         // The single-block kernel measured faster than the tiled one on the H200 (Qwen2.5 0.5B
         // F16 pp512: 30,112 vs 21,974 t/s; Q8_0 pp2048: 12,815 vs 10,209), so it serves every
         // prompt whose scores fit its shared memory; the tiled kernel has no such limit.
@@ -512,10 +527,13 @@ pub fn attention(
 /// `n_heads` heads of `head_dim` and `rows` query rows (the decode path, Q8_0 / Q8_1 blocks
 /// within a head); otherwise it quantizes in a launch of its own.
 pub fn attention_quantizes_inside(head_dim: usize, rows: usize, act: DType) -> bool {
-    rows <= DECODE_ROWS
-        && head_dim <= DECODE_MAX_HEAD_DIM
-        && head_dim.is_multiple_of(32)
-        && matches!(act, DType::Q8_0 | DType::Q8_1)
+    let fits = match act {
+        DType::Q8_0 | DType::Q8_1 => head_dim.is_multiple_of(32),
+        // A Q8_K block holds 256 / head_dim heads.
+        DType::Q8K => head_dim > 0 && 256 % head_dim == 0,
+        _ => false,
+    };
+    rows <= DECODE_ROWS && head_dim <= DECODE_MAX_HEAD_DIM && fits
 }
 
 /// [`attention`], and `acts` = its output quantized for the output projection (bit for bit
@@ -550,6 +568,52 @@ pub fn attention_quantized(
     }
     attention(dev, out, q, kv, positions, p)?;
     crate::ops::quantize_acts(dev, acts, out)
+}
+
+/// Whether `attention_rows_f32` covers a head dimension (hd / 8 lanes per cache row, 4..=32).
+fn rows_supported(head_dim: usize) -> bool {
+    matches!(head_dim, 32 | 64 | 128 | 256)
+}
+
+/// Dynamic shared memory of `attention_rows_f32` up to `max_pos`: the f16-rounded query, then
+/// the scores of the aligned groups of four holding the attended positions.
+fn rows_shared(head_dim: usize, max_pos: usize) -> usize {
+    (head_dim + max_pos + 8) * 4
+}
+
+/// Whether `attention_rows_f32` can hold the scores up to `max_pos` on this GPU.
+fn rows_fit(dev: &CudaDevice, head_dim: usize, max_pos: usize) -> Result<bool> {
+    let f = dev.function("attention", "attention_rows_f32")?;
+    Ok(rows_shared(head_dim, max_pos) <= dev.max_shared_memory(&f)?)
+}
+
+/// [`attention`] with `attention_rows_f32` whatever the number of rows (head dimension 32, 64,
+/// 128 or 256): one block per (row, head) computing the head in one pass over its positions,
+/// as the decode path's short ranges do. Bit for bit [`attention_single_block`].
+pub fn attention_rows(
+    dev: &CudaDevice,
+    out: &mut DeviceBuffer<f32>,
+    q: &DeviceBuffer<f32>,
+    kv: &DeviceKv,
+    positions: &DeviceBuffer<i32>,
+    p: AttentionParams,
+) -> Result<()> {
+    let rows = positions.len();
+    check_attention(out, q, kv, rows, &p)?;
+    let hd = kv.head_dim;
+    check("attention", rows_supported(hd), || {
+        format!("no one-pass kernel for head dimension {hd}")
+    })?;
+    if rows == 0 {
+        return Ok(());
+    }
+    launch_prefill(
+        dev,
+        "attention_rows_f32",
+        (rows_shared(hd, p.max_pos), 1, ATTN_THREADS),
+        (out, q, kv, positions),
+        p,
+    )
 }
 
 /// Dynamic shared memory of `attention_f32` up to `max_pos`: the scores of positions
@@ -615,7 +679,8 @@ fn launch_prefill(
 ) -> Result<()> {
     let rows = positions.len();
     let f = dev.function("attention", name)?;
-    if smem > 48 * 1024 {
+    // Static shared memory counts against the 48 KiB a launch gets without opting in.
+    if smem + f.shared_size_bytes()? as usize > 48 * 1024 {
         let limit = dev.max_shared_memory(&f)?;
         check("attention", smem <= limit, || {
             format!("{name} needs {smem} bytes of shared memory, this GPU gives {limit}")
@@ -795,12 +860,16 @@ fn attention_decode(
     let acts_format: i32 = match acts.as_ref().map(|a| a.dtype) {
         None => 0,
         Some(DType::Q8_1) => 2,
+        Some(DType::Q8K) => 3,
         Some(_) => 1,
     };
     let acts_meta = acts.as_ref().map_or(0, |a| a.meta_offset as i64);
+    let acts_bsums = acts.as_ref().map_or(0, |a| a.bsums_offset as i64);
     l.arg(acts.map(|a| &mut a.buf))
         .arg(acts_meta)
+        .arg(acts_bsums)
         .arg(acts_format)
+        .arg(&mut s.tickets_quant)
         .arg(q)
         .arg(&kv.k)
         .arg(scale)

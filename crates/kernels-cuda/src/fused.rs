@@ -84,10 +84,13 @@ pub fn rms_norm_quantized(
 }
 
 /// Whether [`glu_quantized`] takes rows of `cols` values into `act` activations.
-/// Q8_K is left out: one warp per 256 values computes too much serially (measured slower
-/// than the separate kernels on Qwen2.5 0.5B Q4_K_M decode).
 pub fn glu_quantized_supported(cols: usize, act: DType) -> bool {
-    matches!(act, DType::Q8_0 | DType::Q8_1) && cols > 0 && cols.is_multiple_of(32)
+    let block = match act {
+        DType::Q8_0 | DType::Q8_1 => 32,
+        DType::Q8K => 256,
+        _ => return false,
+    };
+    cols > 0 && cols.is_multiple_of(block)
 }
 
 /// `out = act(gate) * up` (bit for bit `ops::glu`) and, in the same launch, `acts` = out

@@ -1362,7 +1362,7 @@ pub fn matvec_dequant(
 
 // The KV cache and attention live in `attention.rs`.
 pub use crate::attention::{
-    attention, attention_flash, attention_quantized, attention_quantizes_inside,
+    attention, attention_flash, attention_quantized, attention_quantizes_inside, attention_rows,
     attention_single_block, attention_tiled, kv_store, rope_qk_store, AttentionParams, DeviceKv,
     ATTN_SPAN, DECODE_ROWS, KV_PAGE,
 };

@@ -665,6 +665,16 @@ fn prefill_attention_matches_single_block_and_cpu() {
                      (index, tiled, single): {first:?}",
                     tiled.len()
                 );
+                let mut one_pass = poisoned(&dev, q.len());
+                ops::attention_rows(&dev, &mut one_pass, &dq, &kv, &dpos, params).unwrap();
+                let one_pass = dev.download(&one_pass).unwrap();
+                let (bad, first) = attention_bit_mismatches(&one_pass, &single);
+                assert!(
+                    bad == 0,
+                    "{what}: {bad} of {} one-pass outputs differ from the single-block kernel \
+                     (index, one pass, single): {first:?}",
+                    one_pass.len()
+                );
                 let mut flash = poisoned(&dev, q.len());
                 ops::attention_flash(&dev, &mut flash, &dq, &kv, &dpos, params).unwrap();
                 let flash = dev.download(&flash).unwrap();
@@ -698,7 +708,10 @@ fn prefill_attention_matches_single_block_and_cpu() {
                         "{what}: ops::attention did not give the exact kernels' values"
                     );
                 }
-                eprintln!("{what}: tiled bit-equal to the single block; tensor cores nmse {e:.1e}");
+                eprintln!(
+                    "{what}: tiled and one-pass bit-equal to the single block; tensor cores nmse \
+                     {e:.1e}"
+                );
             }
         }
     }
@@ -715,6 +728,7 @@ fn prefill_attention_matches_single_block_and_cpu() {
     };
     assert!(ops::attention_flash(&dev, &mut out, &dq, &kv, &dpos, params).is_err());
     assert!(ops::attention_tiled(&dev, &mut out, &dq, &kv, &dpos, params).is_err());
+    assert!(ops::attention_rows(&dev, &mut out, &dq, &kv, &dpos, params).is_err());
 }
 
 /// The decode path of `ops::attention` (at most `DECODE_ROWS` query rows; split over spans whose
@@ -1134,7 +1148,7 @@ fn matvec_matches_cpu_long_k_quant_rows() {
 }
 
 /// The fused MLP activation + quantization gives bit for bit what `glu` then `quantize_acts`
-/// give (SwiGLU and the GELU table, Q8_0 and Q8_1 activations; Q8_K is not fused).
+/// give (SwiGLU and the GELU table; Q8_0, Q8_1 and Q8_K activations).
 #[test]
 fn fused_glu_quantize_matches_separate_ops() {
     let Some((dev, mut rng)) = device() else {
@@ -1153,6 +1167,8 @@ fn fused_glu_quantize_matches_separate_ops() {
             (DType::Q4_0, 1, 4864),
             (DType::Q4_1, 2, 1024),
             (DType::Q5_1, 3, 2048),
+            (DType::Q4K, 1, 8960),
+            (DType::Q6K, 2, 4864),
         ] {
             let gate = rng.vec(rows * cols, 4.0);
             let up = rng.vec(rows * cols, 2.0);
@@ -1367,22 +1383,26 @@ fn rope_qk_store_matches_rope_then_store() {
 }
 
 /// `attention_quantized` gives bit for bit what `attention` then `quantize_acts` give (the
-/// output and the Q8_0 / Q8_1 activations), where the decode kernel quantizes inside (head
-/// dimensions 64 and 128, up to four rows) and where it falls back to a separate launch (head
-/// dimension 80, Q8_K, a prompt of seven rows).
+/// output and the Q8_0 / Q8_1 / Q8_K activations), where the decode kernels quantize inside
+/// (head dimensions 64, 128 and 256, up to four rows, Q8_K blocks shared by several heads) and
+/// where it falls back to a separate launch (head dimension 80, a prompt of seven rows).
 #[test]
 fn attention_quantized_matches_attention_then_quantize() {
     let Some((dev, mut rng)) = device() else {
         return;
     };
     let cap = 300;
-    let cases: [(usize, usize, usize, DType, &[usize]); 7] = [
+    // Positions beyond ATTN_SHORT take the split kernels, the others the one-pass kernel.
+    let cases: [(usize, usize, usize, DType, &[usize]); 10] = [
         (14, 2, 64, DType::Q5_0, &[9]),
         (14, 2, 64, DType::Q4_1, &[290, 3]),
         (8, 8, 128, DType::Q8_0, &[0, 1, 2, 299]),
         (8, 2, 128, DType::Q5_1, &[150]),
         (6, 2, 80, DType::Q8_0, &[20]),
         (8, 2, 128, DType::Q4K, &[31]),
+        (8, 2, 128, DType::Q4K, &[290, 7]),
+        (16, 2, 64, DType::Q6K, &[200, 5, 77]),
+        (4, 1, 256, DType::Q5K, &[100, 280]),
         (4, 2, 64, DType::Q4_0, &[10, 11, 12, 13, 14, 15, 16]),
     ];
     for (n_heads, n_kv, hd, weight, positions) in cases {

@@ -151,6 +151,14 @@ fn fusion_disabled() -> bool {
     *DISABLED.get_or_init(|| std::env::var_os("SYNAPTIX_NO_FUSION").is_some())
 }
 
+/// Whether the MLP activation is fused with a Q8_K quantization (`SYNAPTIX_GLU_Q8K=1`). Off by
+/// default: one warp per 256 values computes the activation serially, which measured slower
+/// than the two kernels on Qwen2.5 0.5B Q4_K_M decode.
+fn glu_q8k_fused() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("SYNAPTIX_GLU_Q8K").as_deref() == Ok("1"))
+}
+
 fn mismatch(op: &'static str, detail: String) -> NnError {
     NnError::Kernel(synaptix_core::Error::ShapeMismatch { op, detail })
 }
@@ -478,7 +486,8 @@ impl Backend for CudaBackend {
         if fusion_disabled() {
             return self.glu(gate, up, act);
         }
-        if !fused::glu_quantized_supported(gate.cols, format)
+        if (format == DType::Q8K && !glu_q8k_fused())
+            || !fused::glu_quantized_supported(gate.cols, format)
             || consumer.cols != gate.cols
             || up.rows != gate.rows
             || up.cols != gate.cols
