@@ -691,9 +691,10 @@ fn prefill_attention_matches_single_block_and_cpu() {
                     scale,
                     window,
                 );
+                // 1e-7: see the decode test on the reference's f16 rounding flips.
                 let e_ref = nmse(&tiled, &want);
                 assert!(
-                    e_ref < 1e-8,
+                    e_ref < 1e-7,
                     "{what}: tiled vs CPU reference nmse {e_ref:e}"
                 );
                 if rows > ops::DECODE_ROWS {
@@ -823,8 +824,12 @@ fn decode_attention_matches_single_block_and_cpu() {
                         scale,
                         window,
                     );
+                    // The reference takes f64 `exp` and unrounded scores, so an f16 probability
+                    // now and then rounds the other way: the exact CPU attention itself (whose
+                    // bits the single-block kernel gives) was up to 1.5e-8 from it on 2 of
+                    // 13,920 of these cases (30 seeds), hence the prefill test's 1e-7.
                     let e = nmse(&got, &want);
-                    assert!(e < 1e-8, "{what}: nmse {e:e} against the CPU reference");
+                    assert!(e < 1e-7, "{what}: nmse {e:e} against the CPU reference");
                 }
             }
             eprintln!(
