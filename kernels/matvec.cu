@@ -450,7 +450,8 @@ struct mv_q6_k {
     static constexpr int BLOCK = QK_K, BYTES = 210, KIND = MV_LANES;
     static constexpr int SUBS = 1;
     static constexpr bool MIN = false;
-    static constexpr bool WHOLE = false;
+    // `matvec_q8_rows` computes a whole super-block per thread (`mvr_terms_q6_k`).
+    static constexpr bool WHOLE = true;
     u32 lo[8], hi[8];
     int sc[16];
     float d;
@@ -1036,22 +1037,26 @@ MATVEC_Q8(q6_k, mv_q6_k)
 // the same f32 chains as `matvec_q8`, bit for bit, without its block steps. The block first
 // transposes the whole activation row into shared memory (lane-major, as `mv_acts_step` does,
 // super-block sbx at sbx * MV_ACT_R), then each warp walks its own contiguous range of weight
-// rows, i.e. of super-blocks (rows are stored back to back), in rounds of 32 super-blocks that
-// may span several rows:
+// rows, i.e. of super-blocks (rows are stored back to back), in rounds: rows of up to 32
+// super-blocks go WARP / n_sb whole rows per round (the chains of a round's rows end in it),
+// longer rows 32 super-blocks per round (a round spans at most two rows):
 // - the round's weights arrive in the warp's staging buffer by asynchronous copies (coalesced;
-//   the next round flies while this one computes): Q4_K and Q5_K, whose super-blocks are
-//   multiples of 16 bytes, by 16-byte copies into slots of their size; Q3_K and Q6_K by 4-byte
-//   copies, super-block i in slot i of MVR_SW words (odd: thread i reading slot i is free of
-//   bank conflicts), from the word holding its first byte (they may start 2 bytes into a word);
-// - thread i computes super-block i's 8 lane terms (and the min term) and stores them to shared
-//   memory: Q4_K / Q5_K all at once (`mvr_terms_q45_k`: each quant byte read once, transposed
-//   to lane-major words with byte permutes), Q3_K / Q6_K lane by lane with the format's `load`,
-//   `lane_sum` as `matvec_q8` does; the same integers and float operations either way;
-// - lanes 0..7 own the lane chains and lane 8 the min chain of the current row: for each
-//   super-block in order they read their term and add it (the min term is stored negated, so
-//   the chain's subtraction is this addition), starting from 0.0f at the row's first
-//   super-block; after its last one, lane 0 adds the chains like `matvec_q8` (min chain or 0,
-//   then sums[0..8] left to right) and stores the output.
+//   the next round flies while this one computes): Q4_K, Q5_K and Q6_K by 16-byte copies of the
+//   round's bytes from the 16-byte word holding the first one (super-block i at its offset in
+//   that word + i * BYTES: 0 for the 144- and 176-byte formats, 0 or 2 mod 4 for Q6_K's 210),
+//   Q3_K by 4-byte copies, super-block i in slot i of MVR_SW words (odd: thread i reading slot
+//   i is free of bank conflicts), from the word holding its first byte;
+// - thread i computes super-block i's 8 lane terms (and Q4_K / Q5_K's min term) and stores
+//   them to shared memory: Q4_K / Q5_K / Q6_K all at once (`mvr_terms_q45_k`, `mvr_terms_q6_k`:
+//   each quant byte read once, transposed to lane-major words with byte permutes), Q3_K lane by
+//   lane with the format's `load`, `lane_sum` as `matvec_q8` does; the same integers and float
+//   operations either way;
+// - the chains: whole-row rounds give each (row, chain) to one thread, which adds the row's
+//   terms in super-block order from 0.0f (the min term is stored negated, so the chain's
+//   subtraction is this addition), then one thread per row adds the chains like `matvec_q8`
+//   (min chain or 0, then sums[0..8] left to right) and stores the output; with long rows,
+//   lanes 0..7 own the lane chains and lane 8 the min chain of the current row across rounds,
+//   and lane 0 ends each row the same way.
 // Grid: a few blocks per SM (MVR_WARPS warps each); dynamic shared memory mvr_smem_bytes.
 
 #define MVR_WARPS 4  // warps per thread block
@@ -1062,17 +1067,20 @@ MATVEC_Q8(q6_k, mv_q6_k)
 
 template <typename F>
 struct mvr_shape {
-    // 4-byte words copied per super-block (from the word holding its first byte: super-blocks of
-    // 110 or 210 bytes start at 0 or 2 mod 4), and the slot stride in words (odd).
+    // 4-byte words copied per super-block by 4-byte copies (from the word holding its first
+    // byte: 110-byte super-blocks start at 0 or 2 mod 4), and the slot stride in words (odd).
     static constexpr int WPS = (F::BYTES + (F::BYTES % 4 ? 2 : 0) + 3) / 4;
     static constexpr int SW = WPS | 1;
-    // Whole-super-block formats (Q4_K, Q5_K: multiples of 16 bytes) are copied 16 bytes at a
-    // time into slots of exactly their size: a round's super-blocks are contiguous in global
-    // memory and in the buffer, and 16-byte reads of 8 threads at that stride hit distinct banks.
+    // Whole-super-block formats (Q4_K, Q5_K, Q6_K) are copied 16 bytes at a time: a round's
+    // super-blocks are contiguous in global memory and in the buffer; 16-byte reads of 8
+    // threads at a stride of 144 or 176 bytes hit distinct banks.
     static constexpr bool COPY16 = F::WHOLE;
-    static_assert(!COPY16 || F::BYTES % 16 == 0, "16-byte copies need 16-byte super-blocks");
-    // A staging buffer: 32 slots, then 4 words that `load` may read past the last slot.
-    static constexpr int BUF_WORDS = COPY16 ? WARP * F::BYTES / 4 : WARP * SW + 4;
+    // A staging buffer: 32 super-blocks, plus (when they are not whole 16-byte words) the
+    // leading offset, the last word's rest and the word `mv_lds_words` may read past the end
+    // (a multiple of 16 bytes, so that the second buffer stays 16-byte aligned); or 32 slots and
+    // 4 words that `load` may read past the last slot.
+    static constexpr int BUF_WORDS =
+        COPY16 ? WARP * F::BYTES / 4 + (F::BYTES % 16 ? 8 : 0) : WARP * SW + 4;
     // Per warp: two staging buffers, then 32 × 9 f32 terms (stride 9: conflict-free).
     static constexpr int WARP_BYTES = 2 * BUF_WORDS * 4 + WARP * 9 * 4;
 };
@@ -1109,25 +1117,29 @@ __device__ __forceinline__ void mvr_fetch(u32* dst, const u8* w, i64 u, int cnt,
 }
 
 // `mvr_fetch` for the whole-super-block formats: the round's `cnt` super-blocks from u on (u
-// counts over the launch's rows) are 16-byte aligned and, within one matrix, contiguous (rows
-// are stored back to back), so lane f copies 16-byte pieces f, f + 32, ...: coalesced, and a
-// quarter of the copy instructions of 4-byte copies. A round that crosses from one matrix of
-// the launch into the next finds each piece's matrix.
+// counts over the launch's rows; rows ra .. rb of the launch) are, within one matrix, contiguous
+// (rows are stored back to back), so lane f copies 16-byte pieces f, f + 32, ... of their bytes
+// from the 16-byte word holding the first (coalesced, a quarter of the copy instructions of
+// 4-byte copies; pieces past the last super-block stay inside WEIGHT_PAD). A round that crosses
+// from one matrix of the launch into the next (16-byte super-blocks only: the host sends
+// several matrices per launch for Q4_K and Q5_K alone) finds each piece's matrix, through the
+// row of the piece's super-block (li: u's index in the warp's range, which starts at row r0).
 template <typename F>
 __device__ __forceinline__ void mvr_fetch16(u32* dst, const mv_segs& sg, int n_sb, i64 u,
-                                            int cnt, int lane) {
-    constexpr int P = F::BYTES / 16;  // pieces per super-block
-    const int n = cnt * P;
-    const int s0 = sg.seg((int)(u / n_sb)), s1 = sg.seg((int)((u + max(cnt, 1) - 1) / n_sb));
+                                            int cnt, int lane, int ra, int rb, int r0, int li) {
+    const int s0 = sg.seg(ra), s1 = sg.seg(rb);
     if (s0 == s1) {
-        const u8* src = sg.w(s0) + (u - (i64)sg.first(s0) * n_sb) * F::BYTES;
+        const i64 g0 = (u - (i64)sg.first(s0) * n_sb) * F::BYTES;
+        const u8* src = sg.w(s0) + (g0 & ~(i64)15);
+        const int n = cnt ? (int)(((g0 + (i64)cnt * F::BYTES + 15) >> 4) - (g0 >> 4)) : 0;
         for (int f = lane; f < n; f += WARP) mv_cp_async16(dst + 4 * f, src + 16 * f, 16);
-    } else {
-        for (int f = lane; f < n; f += WARP) {
+    } else if constexpr (F::BYTES % 16 == 0) {
+        constexpr int P = F::BYTES / 16;  // pieces per super-block
+        for (int f = lane; f < cnt * P; f += WARP) {
             const int j = f / P;
-            const i64 ug = u + j;
-            const int s = sg.seg((int)(ug / n_sb));
-            const u8* src = sg.w(s) + (ug - (i64)sg.first(s) * n_sb) * F::BYTES + 16 * (f - j * P);
+            const int s = sg.seg(r0 + (li + j) / n_sb);
+            const u8* src =
+                sg.w(s) + (u + j - (i64)sg.first(s) * n_sb) * F::BYTES + 16 * (f - j * P);
             mv_cp_async16(dst + 4 * f, src, 16);
         }
     }
@@ -1194,6 +1206,58 @@ __device__ __forceinline__ void mvr_terms_q45_k(const u8* b, const u8* at, float
     out[8] = -__fmul_rn(__fmul_rn(dmin, da), (float)summ);
 }
 
+// The eight lane terms of one Q6_K super-block staged at `b` (2-byte aligned) against its
+// transposed activations `at` (MV_ACT_R layout): out[l] = (d·d_a)·lane_l, the integers and float
+// operations of `mv_q6_k`'s `load` and `lane_sum`, computed once per super-block. Per half h,
+// the three 32-byte rows of quants (low nibbles of elements 128h + 32g + l: row 2h + (g & 1),
+// high nibble for g >= 2; high bits: row 4 + h, bits 2g) are transposed to lane-major words
+// (lane l: bytes l, l + 8, l + 16, l + 24). A lane word's first two bytes (elements < 16 of the
+// group) take scale sc0 and its last two sc1: sc0·Σlo + sc1·Σhi = sc1·Σ + (sc0 - sc1)·Σlo,
+// exact in integers.
+__device__ __forceinline__ void mvr_terms_q6_k(const u8* b, const u8* at, float (&out)[9]) {
+    u32 sw[5];  // scales[16] (int8), then d in the low half of sw[4]
+    mv_lds_words<5>(b + 192, sw);
+    int acc[8];
+#pragma unroll
+    for (int l = 0; l < 8; ++l) acc[l] = 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        u32 lo[16], hb[8];
+        mv_lds_words<16>(b + 64 * h, lo);
+        mv_lds_words<8>(b + 128 + 32 * h, hb);
+        u32 l0[8], l1[8], hh[8];
+        mv_transpose4(lo[0], lo[2], lo[4], lo[6], l0[0], l0[1], l0[2], l0[3]);
+        mv_transpose4(lo[1], lo[3], lo[5], lo[7], l0[4], l0[5], l0[6], l0[7]);
+        mv_transpose4(lo[8], lo[10], lo[12], lo[14], l1[0], l1[1], l1[2], l1[3]);
+        mv_transpose4(lo[9], lo[11], lo[13], lo[15], l1[4], l1[5], l1[6], l1[7]);
+        mv_transpose4(hb[0], hb[2], hb[4], hb[6], hh[0], hh[1], hh[2], hh[3]);
+        mv_transpose4(hb[1], hb[3], hb[5], hb[7], hh[4], hh[5], hh[6], hh[7]);
+        int sc1[4], dsc[4];
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+            const int i = 8 * h + 2 * g;
+            const int s0 = mv_sbyte(sw[i / 4], i % 4), s1 = mv_sbyte(sw[i / 4], i % 4 + 1);
+            sc1[g] = s1, dsc[g] = s0 - s1;
+        }
+#pragma unroll
+        for (int l = 0; l < 8; ++l) {
+            const uint4 av = *(const uint4*)(at + 32 * l + 16 * h);  // groups 4h .. 4h + 3
+            const u32 a[4] = {av.x, av.y, av.z, av.w};
+#pragma unroll
+            for (int g = 0; g < 4; ++g) {
+                const u32 src = (g & 1) ? l1[l] : l0[l];
+                const u32 x = ((src >> (4 * (g >> 1))) & 0x0f0f0f0fu) |
+                              (((hh[l] >> (2 * g)) & 0x03030303u) << 4);
+                const u32 v = (x + 0x60606060u) ^ 0x80808080u;  // x - 32, bytewise
+                acc[l] += sc1[g] * mv_dp4a(v, a[g], 0) + dsc[g] * mv_dp4a(v, a[g] & 0xffffu, 0);
+            }
+        }
+    }
+    const float dd = __fmul_rn(mv_half_lo(sw[4]), *(const float*)(at + 272));
+#pragma unroll
+    for (int l = 0; l < 8; ++l) out[l] = __fmul_rn(dd, (float)acc[l]);
+}
+
 // Writes task `id` (super-block id / 9, part id % 9) read by `s.read` for one activation row
 // (nc = 1, span = super-blocks per row): `mv_acts_step::write` with the stride MV_ACT_R.
 template <typename F>
@@ -1221,7 +1285,8 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
                                long long bsums_off, int k, const float* __restrict__ residual) {
     static_assert(F::KIND == MV_LANES, "lane-major k-quants only");
     using R = mvr_shape<F>;
-    constexpr int T9 = 9;  // terms per super-block in `tt`: 8 lanes, the min term
+    constexpr int T9 = 9;               // terms per super-block in `tt`: 8 lanes, the min term
+    constexpr int L = F::MIN ? 9 : 8;   // chains per row
     extern __shared__ uint4 mvr_smem[];
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     const int n_sb = k / QK_K;
@@ -1237,13 +1302,31 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
     const int r0 = (int)(gw * n_out / n_warps), r1 = (int)((gw + 1) * n_out / n_warps);
     const i64 u0 = (i64)r0 * n_sb;
     const int n_u = (r1 - r0) * n_sb;
-    const int n_rounds = (n_u + WARP - 1) / WARP;
+    // Rows per round when whole rows fit in one (else 0), and super-blocks per round.
+    const int rpr = n_sb <= WARP ? WARP / n_sb : 0;
+    const int rs = rpr ? rpr * n_sb : WARP;
+    const int n_rounds = (n_u + rs - 1) / rs;
+    // Long rows: the row of the next round to fetch and its first super-block's position.
+    int f_row = r0, f_pos = 0;
+    // Rounds are fetched in order (0, 1, then q + 2 while computing round q).
     auto fetch = [&](int q) {
-        const int cnt = max(0, min(WARP, n_u - q * WARP));
-        if constexpr (R::COPY16)
-            mvr_fetch16<F>(stage + (q & 1) * R::BUF_WORDS, sg, n_sb, u0 + q * WARP, cnt, lane);
-        else  // one matrix per launch (the host checks)
-            mvr_fetch<F>(stage + (q & 1) * R::BUF_WORDS, sg.w0, u0 + q * WARP, cnt, lane);
+        const int li = q * rs;
+        const int cnt = max(0, min(rs, n_u - li));
+        u32* dst = stage + (q & 1) * R::BUF_WORDS;
+        if constexpr (R::COPY16) {
+            int ra = f_row, rb = f_row;
+            if (rpr) {
+                ra = r0 + q * rpr;
+                rb = ra + max(1, min(rpr, r1 - ra)) - 1;
+            } else {
+                if (cnt > 0 && f_pos + cnt > n_sb) rb = f_row + 1;
+                f_pos += WARP;
+                if (f_pos >= n_sb) f_pos -= n_sb, ++f_row;
+            }
+            mvr_fetch16<F>(dst, sg, n_sb, u0 + li, cnt, lane, ra, rb, r0, li);
+        } else {  // one matrix per launch (the host checks)
+            mvr_fetch<F>(dst, sg.w0, u0 + li, cnt, lane);
+        }
     };
     fetch(0);
     fetch(1);
@@ -1268,26 +1351,32 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
     }
     __syncthreads();
 
-    float v = 0.0f;  // lane l < 8: chain l of the current row; lane 8: its min chain
+    const int my_pos = rpr ? lane % n_sb : 0;  // whole-row rounds: this lane's position in its row
+    float v = 0.0f;  // long rows: lane l < 8's chain of the current row; lane 8: its min chain
+    int c_row = r0, c_pos = 0;  // long rows: the row and position of round q's first super-block
     const int own = min(lane, 8);
     for (int q = 0; q < n_rounds; ++q) {
         mv_cp_wait<1>();  // this thread's copies of round q have landed
         __syncwarp();     // and every lane's
-        const int cnt = min(WARP, n_u - q * WARP);
+        const int cnt = min(rs, n_u - q * rs);
         if (lane < cnt) {
-            const int i = q * WARP + lane;  // super-block of the warp's range
-            const int sbx = i % n_sb;        // of its row
+            int sbx = my_pos;  // of the super-block's row
+            if (!rpr) sbx = c_pos + lane < n_sb ? c_pos + lane : c_pos + lane - n_sb;
             const u8* at = acts_t + sbx * MV_ACT_R;
+            const u8* buf = (const u8*)(stage + (q & 1) * R::BUF_WORDS);
             if constexpr (R::COPY16) {
-                const u8* b = (const u8*)(stage + (q & 1) * R::BUF_WORDS) + lane * F::BYTES;
+                const int off = F::BYTES % 16 ? (int)(((u0 + q * rs) * F::BYTES) & 15) : 0;
+                const u8* b = buf + off + lane * F::BYTES;
                 float t9[9];
-                mvr_terms_q45_k<F::BYTES == 176>(b, at, t9);
+                if constexpr (F::BYTES == 210)
+                    mvr_terms_q6_k(b, at, t9);
+                else
+                    mvr_terms_q45_k<F::BYTES == 176>(b, at, t9);
 #pragma unroll
-                for (int l = 0; l < 9; ++l) tt[lane * T9 + l] = t9[l];
+                for (int l = 0; l < L; ++l) tt[lane * T9 + l] = t9[l];
             } else {
-                const i64 g = (u0 + i) * F::BYTES;
-                const u8* b = (const u8*)(stage + (q & 1) * R::BUF_WORDS + lane * R::SW) +
-                              (F::BYTES % 4 ? (int)(g & 3) : 0);
+                const i64 g = (u0 + q * rs + lane) * F::BYTES;
+                const u8* b = buf + lane * R::SW * 4 + (F::BYTES % 4 ? (int)(g & 3) : 0);
                 const float da = *(const float*)(at + 272);
                 F f;
 #pragma unroll
@@ -1306,34 +1395,56 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
         }
         __syncwarp();  // terms visible; this round's buffer free
         fetch(q + 2);
-        // The chains, in super-block order, a row's segment of the round at a time (ggml:
-        // sums[l] += (d·d_a) · lane_l; sum -= (dmin·d_a) Σ min·bsum).
-        int s = 0, pos = (q * WARP) % n_sb;  // pos: position of super-block s in its row
-        while (s < cnt) {                    // warp-uniform
-            const int seg = min(cnt - s, n_sb - pos);
-            if (pos == 0) v = 0.0f;
-            const float* t = tt + s * T9 + own;
-            int j = 0;
-            for (; j + 4 <= seg; j += 4, t += 4 * T9) {
-                const float x0 = t[0], x1 = t[T9], x2 = t[2 * T9], x3 = t[3 * T9];
-                v = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(v, x0), x1), x2), x3);
+        // The chains, in super-block order (ggml: sums[l] += (d·d_a) · lane_l; sum -= (dmin·d_a)
+        // Σ min·bsum), then the row's output: sum (Q4_K / Q5_K's min chain, else 0) + sums[0]
+        // + ... + sums[7].
+        if (rpr) {
+            const int rows_here = cnt / n_sb;
+            for (int c = lane; c < rows_here * L; c += WARP) {
+                const int j = c / L, l = c - j * L;
+                float* t = tt + j * n_sb * T9 + l;  // the chain's first term; its sum goes there
+                float x = 0.0f;
+#pragma unroll 4
+                for (int s = 0; s < n_sb; ++s) x = __fadd_rn(x, t[s * T9]);
+                t[0] = x;
             }
-            for (; j < seg; ++j, t += T9) v = __fadd_rn(v, *t);
-            s += seg;
-            pos += seg;
-            if (pos == n_sb) {  // the row's last super-block
-                pos = 0;
-                float sums[9];
+            __syncwarp();
+            if (lane < rows_here) {
+                const float* t = tt + lane * n_sb * T9;
+                float o = F::MIN ? t[8] : 0.0f;
 #pragma unroll
-                for (int l = 0; l < 9; ++l) sums[l] = __shfl_sync(MV_FULL, v, l);
-                if (lane == 0) {
-                    // ggml: sum (Q4_K / Q5_K's min chain, else 0) + sums[0] + ... + sums[7]
-                    float o = F::MIN ? sums[8] : 0.0f;
+                for (int l = 0; l < 8; ++l) o = __fadd_rn(o, t[l]);
+                const int row = r0 + q * rpr + lane;
+                const int sgi = sg.seg(row), lr = row - sg.first(sgi);
+                sg.y(sgi)[lr] = mv_epilogue(o, sg.bias(sgi), residual, lr, lr);
+            }
+        } else {
+            int s = 0;
+            while (s < cnt) {  // warp-uniform; at most two segments (n_sb > 32)
+                const int seg = min(cnt - s, n_sb - c_pos);
+                if (c_pos == 0) v = 0.0f;
+                const float* t = tt + s * T9 + own;
+                int j = 0;
+                for (; j + 4 <= seg; j += 4, t += 4 * T9) {
+                    const float x0 = t[0], x1 = t[T9], x2 = t[2 * T9], x3 = t[3 * T9];
+                    v = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(v, x0), x1), x2), x3);
+                }
+                for (; j < seg; ++j, t += T9) v = __fadd_rn(v, *t);
+                s += seg;
+                c_pos += seg;
+                if (c_pos == n_sb) {  // the row's last super-block
+                    c_pos = 0;
+                    float sums[9];
 #pragma unroll
-                    for (int l = 0; l < 8; ++l) o = __fadd_rn(o, sums[l]);
-                    const int row = r0 + (q * WARP + s - 1) / n_sb;
-                    const int sgi = sg.seg(row), lr = row - sg.first(sgi);
-                    sg.y(sgi)[lr] = mv_epilogue(o, sg.bias(sgi), residual, lr, lr);
+                    for (int l = 0; l < 9; ++l) sums[l] = __shfl_sync(MV_FULL, v, l);
+                    if (lane == 0) {
+                        float o = F::MIN ? sums[8] : 0.0f;
+#pragma unroll
+                        for (int l = 0; l < 8; ++l) o = __fadd_rn(o, sums[l]);
+                        const int sgi = sg.seg(c_row), lr = c_row - sg.first(sgi);
+                        sg.y(sgi)[lr] = mv_epilogue(o, sg.bias(sgi), residual, lr, lr);
+                    }
+                    ++c_row;
                 }
             }
         }

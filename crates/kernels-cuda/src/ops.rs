@@ -845,20 +845,27 @@ const MVR_WARPS: usize = 4;
 /// Shared memory a block may use without opting in.
 const MVR_DEFAULT_SHARED: usize = 48 * 1024;
 
-/// Whether `matvec_q8_rows_*` computes whole super-blocks per thread from 16-byte copies into
-/// slots of their size (`mvr_shape::COPY16` in kernels/matvec.cu: Q4_K and Q5_K).
+/// Whether `matvec_q8_rows_*` computes whole super-blocks per thread from 16-byte copies of the
+/// round's bytes (`mvr_shape::COPY16` in kernels/matvec.cu: Q4_K, Q5_K and Q6_K).
 fn mv_rows_whole(dtype: DType) -> bool {
-    matches!(dtype, DType::Q4K | DType::Q5K)
+    matches!(dtype, DType::Q4K | DType::Q5K | DType::Q6K)
+}
+
+/// Whether one `matvec_q8_rows_*` launch may take several matrices: whole super-blocks of whole
+/// 16-byte words only (Q4_K, Q5_K), whose pieces the kernel can take from either matrix.
+fn mv_rows_multi(dtype: DType) -> bool {
+    mv_rows_whole(dtype) && dtype.block_bytes().is_multiple_of(16)
 }
 
 /// Dynamic shared memory of `matvec_q8_rows_*` for `cols` (kernels/matvec.cu:
 /// `mvr_smem_bytes`): the transposed activation row (304 bytes per super-block), then per warp
-/// two staging buffers of 32 slots (Q4_K / Q5_K: slots of the super-block's size; otherwise odd
-/// word counts and 4 spare words) and 32 × 9 f32 terms.
+/// two staging buffers of 32 super-blocks (whole-super-block formats: their bytes, plus 32 when
+/// they are not whole 16-byte words; otherwise slots of odd word counts and 4 spare words) and
+/// 32 × 9 f32 terms.
 fn mv_rows_shared(dtype: DType, cols: usize) -> usize {
     let bytes = dtype.block_bytes();
     let buf_words = if mv_rows_whole(dtype) {
-        32 * bytes / 4
+        32 * bytes / 4 + if bytes.is_multiple_of(16) { 0 } else { 8 }
     } else {
         let words = (bytes + if bytes.is_multiple_of(4) { 0 } else { 2 }).div_ceil(4);
         32 * (words | 1) + 4
@@ -878,8 +885,8 @@ fn matvec_rows(
     epi: Epilogue,
     more: &mut [MatvecPart],
 ) -> Result<bool> {
-    // Several matrices per launch only where the kernel stages by 16-byte copies.
-    if !more.is_empty() && !mv_rows_whole(w.dtype) {
+    // Several matrices per launch only where the kernel can split its 16-byte copies.
+    if !more.is_empty() && !mv_rows_multi(w.dtype) {
         return Ok(false);
     }
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
@@ -1184,7 +1191,7 @@ pub fn matvec_many(
                 if dtype.block_len() == 32 && cols <= 1024 {
                     return matvec_short(dev, first.y, first.w, acts, epi, rest);
                 }
-                if mv_rows_whole(dtype)
+                if mv_rows_multi(dtype)
                     && use_rows_kernel(first.w)
                     && matvec_rows(dev, first.y, first.w, acts, epi, rest)?
                 {

@@ -410,7 +410,17 @@ fn matvec_matches_cpu_every_format() {
     let Some((dev, mut rng)) = device() else {
         return;
     };
-    let shapes: [(usize, usize); 5] = [(300, 512), (40, 896), (37, 4864), (9, 14336), (1000, 4096)];
+    // (4000, 1536) and (3000, 8448): several rows per warp of the k-quant row kernel, in rounds
+    // of whole rows (6 super-blocks) and in rounds that cross rows (33).
+    let shapes: [(usize, usize); 7] = [
+        (300, 512),
+        (40, 896),
+        (37, 4864),
+        (9, 14336),
+        (1000, 4096),
+        (4000, 1536),
+        (3000, 8448),
+    ];
     let ms: Vec<usize> = (1..=9).collect();
     for dtype in FORMATS {
         for (rows, cols) in shapes {
@@ -1224,7 +1234,7 @@ fn matvec_many_matches_separate_products() {
     let Some((dev, mut rng)) = device() else {
         return;
     };
-    let cases: [(DType, usize, &[usize]); 9] = [
+    let cases: [(DType, usize, &[usize]); 11] = [
         (DType::Q5_0, 896, &[896, 128, 128]),
         (DType::Q8_0, 896, &[4864, 4864]),
         (DType::Q8_0, 1536, &[1536, 256, 256]),
@@ -1233,6 +1243,8 @@ fn matvec_many_matches_separate_products() {
         (DType::Q4K, 1536, &[1536, 256, 256]),
         (DType::Q5K, 2048, &[333, 77, 500]),
         (DType::Q4K, 3584, &[18944, 18944]),
+        (DType::Q4K, 8448, &[600, 500]),
+        (DType::Q6K, 1536, &[1536, 256, 256]),
         (DType::F16, 896, &[896, 128, 128]),
     ];
     for (dtype, cols, heights) in cases {
