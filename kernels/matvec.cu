@@ -1509,38 +1509,61 @@ __device__ __forceinline__ float mv_weight_in(uint4 v, int e) {
     return T == 1 ? f16_to_f32(h) : bf16_to_f32(h);
 }
 
-template <int T>
+// COLS: activation rows per warp (1: the decode kernels `matvec_float1_*`, which have the
+// registers to keep AHEAD = 4 16-byte loads of weights in flight per lane; one ahead left the
+// H200's memory pipe a quarter empty, and 3 blocks per SM instead of 4 for room cost a second
+// wave on 3584×18944).
+#ifndef MVF1_AHEAD
+#define MVF1_AHEAD 4
+#endif
+// Thread blocks per SM the staged kernels are compiled for: 5 (51 registers) puts the 576
+// blocks of a 4608-row projection (Qwen2.5 7B's Q, K and V) in one wave on 132 SMs.
+#ifndef MVF1_MIN_BLOCKS
+#define MVF1_MIN_BLOCKS 5
+#endif
+
+template <int T, int COLS, int AHEAD>
 __device__ void matvec_float(const mv_segs sg, const float* __restrict__ x, int k, int m,
                              const float* __restrict__ residual) {
     constexpr int EB = T == 0 ? 4 : 2;  // bytes per weight
     constexpr int EPW = 16 / EB;        // weights per 16-byte word
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     const int row = blockIdx.x * MV_WARPS + warp;
-    const int m0 = blockIdx.y * MV_COLS;
+    const int m0 = blockIdx.y * COLS;
     if (row >= sg.n_out) return;  // the whole warp
     const int sgi = sg.seg(row), lr = row - sg.first(sgi), rows = sg.rows(sgi);
-    const int nc = min(MV_COLS, m - m0);
+    const int nc = min(COLS, m - m0);
     const u8* wr = sg.w(sgi) + (i64)lr * k * EB;
     const float* xr = x + (i64)m0 * k;
-    double acc[MV_COLS];
+    double acc[COLS];
 #pragma unroll
-    for (int j = 0; j < MV_COLS; ++j) acc[j] = 0.0;
+    for (int j = 0; j < COLS; ++j) acc[j] = 0.0;
     // 16-byte loads of weights and activations need rows aligned to 16 bytes.
     const bool wide = k % EPW == 0 && k % 4 == 0;
-    // The first 16 bytes of weights are loaded before the wait, then always one step ahead.
-    uint4 next = make_uint4(0, 0, 0, 0);
-    if (wide && lane * EPW < k) next = mv_ld_nc16(wr + (i64)lane * EPW * EB);
+    // Each lane keeps AHEAD 16-byte loads of weights in flight (the first ones issued before
+    // the wait): one ahead left the H200's memory pipe a quarter empty.
+    constexpr int STRIDE = WARP * EPW;  // elements between a lane's consecutive loads
+    uint4 ahead[AHEAD];
+#pragma unroll
+    for (int d = 0; d < AHEAD; ++d) {
+        const int e = lane * EPW + d * STRIDE;
+        ahead[d] = wide && e < k ? mv_ld_nc16(wr + (i64)e * EB) : make_uint4(0, 0, 0, 0);
+    }
     PDL_WAIT();
     PDL_TRIGGER();
     if (wide) {
-        for (int e0 = lane * EPW; e0 < k; e0 += WARP * EPW) {
-            const uint4 wv = next;
-            if (e0 + WARP * EPW < k) next = mv_ld_nc16(wr + (i64)(e0 + WARP * EPW) * EB);
+        for (int base = lane * EPW; base < k; base += AHEAD * STRIDE) {
+#pragma unroll
+          for (int d = 0; d < AHEAD; ++d) {
+            const int e0 = base + d * STRIDE;
+            if (e0 >= k) break;
+            const uint4 wv = ahead[d];
+            if (e0 + AHEAD * STRIDE < k) ahead[d] = mv_ld_nc16(wr + (i64)(e0 + AHEAD * STRIDE) * EB);
             float wf[EPW];
 #pragma unroll
             for (int e = 0; e < EPW; ++e) wf[e] = mv_weight_in<T>(wv, e);
 #pragma unroll
-            for (int j = 0; j < MV_COLS; ++j) {
+            for (int j = 0; j < COLS; ++j) {
                 if (j >= nc) break;
                 const float* xj = xr + (i64)j * k + e0;
 #pragma unroll
@@ -1552,19 +1575,20 @@ __device__ void matvec_float(const mv_segs sg, const float* __restrict__ x, int 
                         acc[j] += (double)__fmul_rn(wf[4 * v + e], mv_round_act<T>(xs[e]));
                 }
             }
+          }
         }
     } else {
         for (int e = lane; e < k; e += WARP) {
             const float we = mv_weight_at<T>(wr, e);
 #pragma unroll
-            for (int j = 0; j < MV_COLS; ++j) {
+            for (int j = 0; j < COLS; ++j) {
                 if (j >= nc) break;
                 acc[j] += (double)__fmul_rn(we, mv_round_act<T>(xr[(i64)j * k + e]));
             }
         }
     }
 #pragma unroll
-    for (int j = 0; j < MV_COLS; ++j) {
+    for (int j = 0; j < COLS; ++j) {
         if (j >= nc) break;
         const double s = warp_sum_f64(acc[j]);
         if (lane == 0) {
@@ -1574,13 +1598,92 @@ __device__ void matvec_float(const mv_segs sg, const float* __restrict__ x, int 
     }
 }
 
+// The 16-bit value x rounds to for weights of type T (1: F16, 2: BF16), as mv_round_act rounds
+// it; `mv_weight_in<T>` reads it back as that float.
+template <int T>
+__device__ __forceinline__ u32 mvf_round16(float x) {
+    if (T == 1) return f32_to_f16(x);
+    return __float_as_uint(mv_round_bf16(x)) >> 16;
+}
+
+// `matvec_float` for one activation row against F16 / BF16 weights (k % 8 == 0): the block
+// first rounds the row to the weights' type into shared memory (k 16-bit values, dynamic), so
+// the inner loop converts each activation from 16 bits instead of rounding it again for every
+// weight row (two conversions per weight, and the conversion pipe, which also widens each
+// product to f64, was what held the F16 kernel near 3.2 TB/s). The same products and the same
+// f64 sums in the same order. Each lane keeps MVF1_AHEAD 16-byte loads of weights in flight.
+template <int T>
+__device__ void matvec_float_staged(const mv_segs sg, const float* __restrict__ x, int k,
+                                    const float* __restrict__ residual) {
+    extern __shared__ uint4 mvf_x[];  // word i: the rounded x[8i .. 8i + 8]
+    constexpr int STRIDE = WARP * 8;  // elements between a lane's consecutive loads
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const int row = blockIdx.x * MV_WARPS + warp;
+    const bool active = row < sg.n_out;
+    const int sgi = active ? sg.seg(row) : 0;
+    const int lr = row - sg.first(sgi);
+    const u8* wr = sg.w(sgi) + (i64)lr * k * 2;
+    uint4 ahead[MVF1_AHEAD];
+#pragma unroll
+    for (int d = 0; d < MVF1_AHEAD; ++d) {
+        const int e = lane * 8 + d * STRIDE;
+        ahead[d] = active && e < k ? mv_ld_nc16(wr + (i64)e * 2) : make_uint4(0, 0, 0, 0);
+    }
+    PDL_WAIT();
+    PDL_TRIGGER();
+    for (int i = threadIdx.x; i < k / 8; i += blockDim.x) {
+        const float4 a = ((const float4*)x)[2 * i], b = ((const float4*)x)[2 * i + 1];
+        mvf_x[i] = make_uint4(mvf_round16<T>(a.x) | mvf_round16<T>(a.y) << 16,
+                              mvf_round16<T>(a.z) | mvf_round16<T>(a.w) << 16,
+                              mvf_round16<T>(b.x) | mvf_round16<T>(b.y) << 16,
+                              mvf_round16<T>(b.z) | mvf_round16<T>(b.w) << 16);
+    }
+    __syncthreads();
+    if (!active) return;  // the whole warp
+    double acc = 0.0;
+    for (int base = lane * 8; base < k; base += MVF1_AHEAD * STRIDE) {
+#pragma unroll
+        for (int d = 0; d < MVF1_AHEAD; ++d) {
+            const int e0 = base + d * STRIDE;
+            if (e0 >= k) break;
+            const uint4 wv = ahead[d];
+            if (e0 + MVF1_AHEAD * STRIDE < k)
+                ahead[d] = mv_ld_nc16(wr + (i64)(e0 + MVF1_AHEAD * STRIDE) * 2);
+            const uint4 xv = mvf_x[e0 / 8];
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                acc += (double)__fmul_rn(mv_weight_in<T>(wv, e), mv_weight_in<T>(xv, e));
+        }
+    }
+    const double sum = warp_sum_f64(acc);
+    if (lane == 0) sg.y(sgi)[lr] = mv_epilogue(__double2float_rn(sum), sg.bias(sgi), residual, lr, lr);
+}
+
 #define MATVEC_FLOAT(name, t)                                                                    \
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV_MIN_BLOCKS)                 \
         matvec_float_##name(float* y, const u8* w, const float* x, int n_out, int k, int m,      \
                             const float* bias, const float* residual, MV_SEG_PARAMS) {           \
         PDL_WAITS_INSIDE();                                                                      \
-        matvec_float<t>(MV_SEGS(y, w, bias, n_out), x, k, m, residual);                          \
+        matvec_float<t, MV_COLS, 1>(MV_SEGS(y, w, bias, n_out), x, k, m, residual);              \
     }
 MATVEC_FLOAT(f32, 0)
 MATVEC_FLOAT(f16, 1)
 MATVEC_FLOAT(bf16, 2)
+
+// One activation row (m == 1): F32 weights through `matvec_float` with loads ahead, F16 / BF16
+// through `matvec_float_staged` (k % 8 == 0; dynamic shared memory k * 2 bytes).
+extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV_MIN_BLOCKS)
+    matvec_float1_f32(float* y, const u8* w, const float* x, int n_out, int k, int m,
+                      const float* bias, const float* residual, MV_SEG_PARAMS) {
+    PDL_WAITS_INSIDE();
+    matvec_float<0, 1, MVF1_AHEAD>(MV_SEGS(y, w, bias, n_out), x, k, m, residual);
+}
+#define MATVEC_FLOAT1(name, t)                                                                   \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MVF1_MIN_BLOCKS)               \
+        matvec_float1_##name(float* y, const u8* w, const float* x, int n_out, int k, int m,     \
+                             const float* bias, const float* residual, MV_SEG_PARAMS) {          \
+        PDL_WAITS_INSIDE();                                                                      \
+        matvec_float_staged<t>(MV_SEGS(y, w, bias, n_out), x, k, residual);                      \
+    }
+MATVEC_FLOAT1(f16, 1)
+MATVEC_FLOAT1(bf16, 2)

@@ -36,12 +36,11 @@ __device__ __forceinline__ float round_half_away(float v) {
     return fabsf(__fsub_rn(v, t)) >= 0.5f ? __fadd_rn(t, copysignf(1.0f, v)) : t;
 }
 
-// Q8_0 (and Q8_1 when `Q81`): one warp per 32-element block, lane i holding element i.
-// Block `b` of x (by the calling warp).
+// Q8_0 (and Q8_1 when `Q81`): one warp per 32-element block, lane i holding element i (v).
+// Block `b` of the activations (by the calling warp).
 template <bool Q81>
-__device__ void quantize_q8_32_block(const float* x, u8* out, long long meta, int b) {
+__device__ void quantize_q8_32_value(float v, u8* out, long long meta, int b) {
     const int lane = threadIdx.x % WARP;
-    const float v = x[(i64)b * 32 + lane];
     const float av = fabsf(v);
     // amax = MAX(amax, |x_j|) in element order, C's MAX(a, b) = a > b ? a : b: a NaN replaces
     // the running maximum and is replaced by the next value, so amax is the maximum over the
@@ -65,6 +64,12 @@ __device__ void quantize_q8_32_block(const float* x, u8* out, long long meta, in
         uint2* m = (uint2*)(out + meta) + b;
         *m = make_uint2(packed, (u32)sum);
     }
+}
+
+// Block `b` of x (by the calling warp).
+template <bool Q81>
+__device__ void quantize_q8_32_block(const float* x, u8* out, long long meta, int b) {
+    quantize_q8_32_value<Q81>(x[(i64)b * 32 + threadIdx.x % WARP], out, meta, b);
 }
 
 // Q8_K block `b` (by the calling warp), lane i holding elements 8i .. 8i + 7.

@@ -47,7 +47,8 @@ extern "C" __global__ void quantize_q8_k(const float* x, u8* out, long long meta
 // then the block quantizes its row of y for the matvecs that follow: FMT 0 Q8_0, 1 Q8_1,
 // 2 Q8_K, laid out as the quantize kernels above lay it out. One block per row (1024 threads,
 // so that its warps quantize up to 32 activation blocks at once); cols % 4 == 0,
-// cols <= 16 * blockDim.x and a multiple of the block length.
+// cols <= RMS_QUANT_MAX_COLS (fused.rs checks it) and a multiple of the block length.
+#define RMS_QUANT_MAX_COLS 4096
 template <int FMT>
 __device__ void rms_norm_quant(float* y, u8* out, long long meta, long long bsums, const float* x, const float* w,
                                int cols, float eps) {
@@ -56,6 +57,8 @@ __device__ void rms_norm_quant(float* y, u8* out, long long meta, long long bsum
     float4* yr = (float4*)(y + (i64)row * cols);
     const float4* wr = (const float4*)w;
     const int n4 = cols / 4;
+    // The normalised row, which the block's warps quantize from here (not back from y).
+    __shared__ __align__(16) float vals[RMS_QUANT_MAX_COLS];
     float4 v[4];
     double ss = 0.0;
 #pragma unroll
@@ -75,19 +78,21 @@ __device__ void rms_norm_quant(float* y, u8* out, long long meta, long long bsum
         const int i = threadIdx.x + j * blockDim.x;
         if (i < n4) {
             const float4 g = wr[i];
-            yr[i] = make_float4(__fmul_rn(__fmul_rn(v[j].x, scale), g.x), __fmul_rn(__fmul_rn(v[j].y, scale), g.y),
-                                __fmul_rn(__fmul_rn(v[j].z, scale), g.z), __fmul_rn(__fmul_rn(v[j].w, scale), g.w));
+            const float4 o = make_float4(__fmul_rn(__fmul_rn(v[j].x, scale), g.x), __fmul_rn(__fmul_rn(v[j].y, scale), g.y),
+                                         __fmul_rn(__fmul_rn(v[j].z, scale), g.z), __fmul_rn(__fmul_rn(v[j].w, scale), g.w));
+            yr[i] = o;
+            ((float4*)vals)[i] = o;
         }
     }
-    __syncthreads();  // the row of y is visible to the whole block
+    __syncthreads();  // the normalised row is visible to the whole block
     const int bl = FMT == 2 ? QK_K : 32;
     const int per_row = cols / bl;
     for (int bb = threadIdx.x / WARP; bb < per_row; bb += blockDim.x / WARP) {
         const int b = row * per_row + bb;
         if (FMT == 2) {
-            quantize_q8_k_block(y, out, meta, bsums, b);
+            quantize_q8_k_values(vals + bb * QK_K, out, meta, bsums, b);
         } else {
-            quantize_q8_32_block<FMT == 1>(y, out, meta, b);
+            quantize_q8_32_value<FMT == 1>(vals[bb * 32 + threadIdx.x % WARP], out, meta, b);
         }
     }
 }
@@ -151,6 +156,23 @@ __device__ void glu_quant(float* y, u8* out, long long meta, long long bsums, co
     }
 }
 
+// The Q8_K form: one thread block of QK_K threads per 256-value block (thread t computes value t,
+// into y and shared memory), whose first warp then quantizes the block from shared memory. A
+// warp per block computing 8 values per lane, as glu_quant does, was latency-bound: a
+// 4864- or 8960-wide row has only 19 or 35 blocks.
+template <int ACT>
+__device__ void glu_quant_k(float* y, u8* out, long long meta, long long bsums, const float* gate,
+                            const float* up, int cols, const u16* table) {
+    __shared__ __align__(16) float vals[QK_K];
+    const int b = blockIdx.x;
+    const i64 i = (i64)b * QK_K + threadIdx.x;
+    const float v = glu_value<ACT>(gate, up, i, (int)(i % cols), cols, table);
+    y[i] = v;
+    vals[threadIdx.x] = v;
+    __syncthreads();
+    if (threadIdx.x < WARP) quantize_q8_k_values(vals, out, meta, bsums, b);
+}
+
 #define GLU_QUANT(name, fmt, act)                                                                      \
     extern "C" __global__ void name(float* y, u8* out, long long meta, long long bsums, const float* gate, \
                                     const float* up, int cols, int n_blocks, const u16* table) {        \
@@ -160,7 +182,14 @@ __device__ void glu_quant(float* y, u8* out, long long meta, long long bsums, co
     }
 GLU_QUANT(swiglu_q8_0, 0, 0)
 GLU_QUANT(swiglu_q8_1, 1, 0)
-GLU_QUANT(swiglu_q8_k, 2, 0)
+#define GLU_QUANT_K(name, act)                                                                         \
+    extern "C" __global__ void name(float* y, u8* out, long long meta, long long bsums, const float* gate, \
+                                    const float* up, int cols, int n_blocks, const u16* table) {        \
+        PDL_WAIT();                                                                                    \
+        PDL_TRIGGER();                                                                                 \
+        glu_quant_k<act>(y, out, meta, bsums, gate, up, cols, table);                                  \
+    }
+GLU_QUANT_K(swiglu_q8_k, 0)
 GLU_QUANT(geglu_q8_0, 0, 1)
 GLU_QUANT(geglu_q8_1, 1, 1)
-GLU_QUANT(geglu_q8_k, 2, 1)
+GLU_QUANT_K(geglu_q8_k, 1)

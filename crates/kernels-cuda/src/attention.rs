@@ -466,8 +466,10 @@ fn decode_shared(span: usize, head_dim: usize, short_max: usize) -> (usize, usiz
 
 /// The longest attended range the decode path computes in one pass, one block per head
 /// (`attention_short` in kernels/attention.cu): `SYNAPTIX_ATTN_SHORT` positions (0: never),
-/// by default [`ATTN_SHORT`]. Longer ranges take the split kernels.
-fn short_max() -> usize {
+/// by default [`ATTN_SHORT`]. Longer ranges take the split kernels. A decode step whose
+/// `max_pos` is below it launches the one-pass kernel alone, so a recorded step is valid only
+/// for positions on the same side of it (the step recorder keys its recordings by that side).
+pub fn short_max() -> usize {
     static SHORT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *SHORT.get_or_init(|| {
         std::env::var("SYNAPTIX_ATTN_SHORT")
@@ -801,44 +803,50 @@ fn attention_decode(
             detail: "decode scratch missing".into(),
         });
     };
-    // Both launches depend only on (capacity, n_heads, rows, head_dim): one block per (span,
-    // query head, row), whether or not the span holds attended positions at this step.
+    // The launches depend only on (capacity, n_heads, rows, head_dim) and on which side of
+    // `short` max_pos lies: one block per (span, query head, row), whether or not the span holds
+    // attended positions at this step.
     let span_grid = LaunchConfig {
         grid_dim: (spans as u32, n_heads as u32, rows as u32),
         block_dim: (ATTN_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
 
-    let f = dev.function("attention", "attention_scores_f32")?;
-    let mut l = Launch::new(dev, &f);
-    l.arg(&mut s.scores)
-        .arg(&mut s.smax)
-        .arg(&mut s.stats)
-        .arg(&mut s.tickets_scores)
-        .arg(q)
-        .arg(&kv.k)
-        .arg(&kv.block_table)
-        .arg(positions)
-        .arg(nh)
-        .arg(nkv)
-        .arg(hd32)
-        .arg(scale)
-        .arg(win)
-        .arg(cap)
-        .arg(sl)
-        .arg(ns)
-        .arg(short32);
-    // SAFETY: grid (spans, n_heads, rows) over q: [rows, n_heads, hd] and the scratch sized for
-    // at least `rows` rows of n_heads heads × spans × span (stats: 2, tickets: 1 per head, zero
-    // between launches); shared memory holds hd query values, span scores and span / KV_PAGE
-    // page numbers (about 2 KiB); the kernel reads K only at positions in [first, pos[row]],
-    // pos[row] < capacity (checked on the device), and the block table below the capacity.
-    unsafe {
-        l.launch(LaunchConfig {
-            shared_mem_bytes: scores_bytes as u32,
-            ..span_grid
-        })
-    }?;
+    // Every row's range fits the one-pass kernel (range <= pos + 1 <= max_pos + 1): the scores
+    // kernel would return at once, so it is not launched.
+    let one_pass = short > 0 && p.max_pos < short;
+    if !one_pass {
+        let f = dev.function("attention", "attention_scores_f32")?;
+        let mut l = Launch::new(dev, &f);
+        l.arg(&mut s.scores)
+            .arg(&mut s.smax)
+            .arg(&mut s.stats)
+            .arg(&mut s.tickets_scores)
+            .arg(q)
+            .arg(&kv.k)
+            .arg(&kv.block_table)
+            .arg(positions)
+            .arg(nh)
+            .arg(nkv)
+            .arg(hd32)
+            .arg(scale)
+            .arg(win)
+            .arg(cap)
+            .arg(sl)
+            .arg(ns)
+            .arg(short32);
+        // SAFETY: grid (spans, n_heads, rows) over q: [rows, n_heads, hd] and the scratch sized for
+        // at least `rows` rows of n_heads heads × spans × span (stats: 2, tickets: 1 per head, zero
+        // between launches); shared memory holds hd query values, span scores and span / KV_PAGE
+        // page numbers (about 2 KiB); the kernel reads K only at positions in [first, pos[row]],
+        // pos[row] < capacity (checked on the device), and the block table below the capacity.
+        unsafe {
+            l.launch(LaunchConfig {
+                shared_mem_bytes: scores_bytes as u32,
+                ..span_grid
+            })
+        }?;
+    }
 
     let f = dev.function("attention", "attention_pv_f32")?;
     let mut l = Launch::new(dev, &f);

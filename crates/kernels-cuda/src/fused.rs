@@ -10,6 +10,9 @@ use crate::{CudaDevice, DeviceBuffer, Result};
 /// Most threads per row of the fused RMSNorm (each keeps up to four float4 of the row; its
 /// warps then quantize activation blocks): `ops::rms_norm`'s count is used.
 const NORM_THREADS: usize = 256;
+/// The longest row the fused RMSNorm takes: its shared copy of the normalised row
+/// (RMS_QUANT_MAX_COLS in kernels/quantize.cu).
+const NORM_MAX_COLS: usize = 16 * NORM_THREADS;
 
 /// Whether [`rms_norm_quantized`] takes rows of `cols` values into `act` activations.
 pub fn rms_norm_quantized_supported(cols: usize, act: DType) -> bool {
@@ -18,7 +21,7 @@ pub fn rms_norm_quantized_supported(cols: usize, act: DType) -> bool {
         DType::Q8K => 256,
         _ => return false,
     };
-    cols > 0 && cols.is_multiple_of(block) && cols <= 16 * NORM_THREADS
+    cols > 0 && cols.is_multiple_of(block) && cols <= NORM_MAX_COLS
 }
 
 /// `out = rms_norm(x) * w` (bit for bit `ops::rms_norm`) and, in the same launch, `acts` = out
@@ -172,12 +175,19 @@ pub fn glu_quantized(
         .arg(nb32);
     // The table, or a null pointer (SiLU).
     l.arg(table);
-    // SAFETY: one warp per activation block (of `n_blocks`, whole rows: checked) inside gate,
-    // up and out; the table (GeGLU) holds 65536 entries; each block's quants and scales land in
-    // the slots DeviceActs::new sized for them.
+    // Q8_0 / Q8_1: one warp per 32-value block, 8 per thread block; Q8_K: one thread block of
+    // 256 threads per 256-value block.
+    let grid = if acts.dtype == DType::Q8K {
+        n_blocks
+    } else {
+        n_blocks.div_ceil(8)
+    };
+    // SAFETY: one warp (Q8_K: one thread block) per activation block (of `n_blocks`, whole rows:
+    // checked) inside gate, up and out; the table (GeGLU) holds 65536 entries; each block's
+    // quants and scales land in the slots DeviceActs::new sized for them.
     unsafe {
         l.launch(LaunchConfig {
-            grid_dim: (n_blocks.div_ceil(8) as u32, 1, 1),
+            grid_dim: (grid as u32, 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         })

@@ -1,7 +1,7 @@
 //! Typed launches of the kernels in `kernels/`, with shape checks before anything reaches the
 //! GPU. Activations are `f32` buffers in row-major order; weights stay in their stored format.
 
-use cudarc::driver::LaunchConfig;
+use cudarc::driver::{CudaFunction, LaunchConfig};
 use synaptix_core::DType;
 
 use crate::launch::Launch;
@@ -961,6 +961,13 @@ fn use_gemm(dtype: DType, m: usize, k: usize) -> bool {
     !gemm_off() && crate::gemm::gemm_supported(dtype, m, k)
 }
 
+/// `SYNAPTIX_NO_FLOAT1` set: one activation row against float weights takes the general
+/// `matvec_float_*` kernels too (for comparisons).
+fn float1_off() -> bool {
+    static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DISABLED.get_or_init(|| std::env::var_os("SYNAPTIX_NO_FLOAT1").is_some())
+}
+
 /// `SYNAPTIX_NO_GEMM` set: no tensor-core GEMM at all.
 fn gemm_off() -> bool {
     static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -1299,10 +1306,27 @@ fn matvec_float_kernel(
 ) -> Result<()> {
     let m = x.len() / w.cols;
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
-    let f = dev.function(
-        "matvec",
-        &format!("matvec_float_{}", suffix("matvec", w.dtype)?),
-    )?;
+    // One activation row: the kernels that keep more weight loads in flight (and, for 16-bit
+    // weights, round the row once into k * 2 bytes of shared memory, when it fits).
+    let name = |kernel: &str| -> Result<CudaFunction> {
+        dev.function(
+            "matvec",
+            &format!("{kernel}_{}", suffix("matvec", w.dtype)?),
+        )
+    };
+    let mut smem = 0;
+    let mut f = name("matvec_float")?;
+    if m == 1 && !float1_off() {
+        let staged = w.dtype != DType::F32;
+        let bytes = if staged { w.cols * 2 } else { 0 };
+        let f1 = name("matvec_float1")?;
+        if !staged
+            || (w.cols.is_multiple_of(8)
+                && (bytes <= MVR_DEFAULT_SHARED || bytes <= dev.max_shared_memory(&f1)?))
+        {
+            (f, smem) = (f1, bytes);
+        }
+    }
     let (r32, c32, m32) = (
         i32_arg("matvec", "rows", rows)?,
         i32_arg("matvec", "cols", w.cols)?,
@@ -1318,13 +1342,14 @@ fn matvec_float_kernel(
     epilogue_args(&mut l, &epi);
     segment_args(&mut l, w.rows, more)?;
     // SAFETY: one warp per weight row of the launch's matrices (warps past their rows return at
-    // once) and group of up to MV_COLS activation rows; reads and writes stay inside the checked
-    // shapes of each matrix.
+    // once, after the staged kernels' barrier) and group of up to MV_COLS activation rows; reads
+    // and writes stay inside the checked shapes of each matrix; the staged kernels' shared
+    // memory holds the k rounded activations (k % 8 == 0, opted into above when over 48 KiB).
     unsafe {
         l.launch(LaunchConfig {
             grid_dim: (rows.div_ceil(MV_WARPS) as u32, passes as u32, 1),
             block_dim: ((MV_WARPS * 32) as u32, 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: smem as u32,
         })
     }?;
     Ok(())
@@ -1370,8 +1395,9 @@ pub fn matvec_dequant(
 // The KV cache and attention live in `attention.rs`.
 pub use crate::attention::{
     attention, attention_flash, attention_quantized, attention_quantizes_inside, attention_rows,
-    attention_single_block, attention_tiled, kv_store, rope_qk_store, AttentionParams, DeviceKv,
-    ATTN_SPAN, DECODE_ROWS, KV_PAGE,
+    attention_single_block, attention_tiled, kv_store, rope_qk_store,
+    short_max as attention_one_pass_max, AttentionParams, DeviceKv, ATTN_SPAN, DECODE_ROWS,
+    KV_PAGE,
 };
 
 /// Index of the largest value (lowest on ties), computed on the GPU.

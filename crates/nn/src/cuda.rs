@@ -151,12 +151,13 @@ fn fusion_disabled() -> bool {
     *DISABLED.get_or_init(|| std::env::var_os("SYNAPTIX_NO_FUSION").is_some())
 }
 
-/// Whether the MLP activation is fused with a Q8_K quantization (`SYNAPTIX_GLU_Q8K=1`). Off by
-/// default: one warp per 256 values computes the activation serially, which measured slower
+/// Whether the MLP activation is fused with a Q8_K quantization (`SYNAPTIX_GLU_Q8K=0`: no, for
+/// comparisons). The fused kernel computes each 256-value block with a thread block of 256
+/// threads; its first form, one warp per block computing 8 values per lane, measured slower
 /// than the two kernels on Qwen2.5 0.5B Q4_K_M decode.
 fn glu_q8k_fused() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("SYNAPTIX_GLU_Q8K").as_deref() == Ok("1"))
+    *ON.get_or_init(|| std::env::var("SYNAPTIX_GLU_Q8K").as_deref() != Ok("0"))
 }
 
 fn mismatch(op: &'static str, detail: String) -> NnError {

@@ -1,17 +1,18 @@
 //! Decode steps recorded once as CUDA graphs and replayed.
 //!
 //! A single-token decode step launches the same kernels with the same arguments at every
-//! position, as long as what changes (the token id, the position, the RoPE angles of the
-//! position) lives in fixed device buffers the kernels read. Per cache, the first step runs
-//! eagerly and notes which RoPE configurations the model uses; the second allocates the fixed
-//! input buffers, fills them and records the step into a graph (intermediate activations become
-//! allocations owned by the graph); every later step rewrites the inputs and replays the graph:
-//! one launch instead of hundreds, and no host work between kernels. A step that cannot be
-//! recorded runs eagerly from then on.
+//! position (on each side of the one-pass attention limit, which decides whether the attention
+//! scores kernel runs at all: recordings are kept per side), as long as what changes (the token
+//! id, the position, the RoPE angles of the position) lives in fixed device buffers the kernels
+//! read. Per cache, the first step runs eagerly and notes which RoPE configurations the model
+//! uses; the second allocates the fixed input buffers, fills them and records the step into a
+//! graph (intermediate activations become allocations owned by the graph); every later step
+//! rewrites the inputs and replays the graph: one launch instead of hundreds, and no host work
+//! between kernels. A step that cannot be recorded runs eagerly from then on.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use synaptix_kernels_cuda::{CudaDevice, DeviceBuffer, StepGraph};
+use synaptix_kernels_cuda::{ops, CudaDevice, DeviceBuffer, StepGraph};
 
 use synaptix_sample::DevicePick;
 
@@ -166,13 +167,16 @@ enum Phase {
 /// Recorded steps (per cache and pick settings), most recent last; older ones are dropped.
 const MAX_RECORDED: usize = 4;
 
-/// What a recording is specific to: the cache (its buffers), and the pick settings baked into
-/// the launches (top-k, penalty factors; the window's counts are inputs).
+/// What a recording is specific to: the cache (its buffers), the pick settings baked into the
+/// launches (top-k, penalty factors; the window's counts are inputs), and whether attention
+/// takes the one-pass decode kernel alone (positions below
+/// `ops::attention_one_pass_max`, where the scores launch is left out).
 #[derive(Debug, Clone, PartialEq)]
 struct Signature {
     cache_id: u64,
     top_k: usize,
     penalties: Option<[u32; 3]>,
+    one_pass_attention: bool,
 }
 
 impl Signature {
@@ -187,6 +191,7 @@ impl Signature {
                     p.presence.to_bits(),
                 ]
             }),
+            one_pass_attention: key.position < ops::attention_one_pass_max(),
         }
     }
 }
