@@ -1606,17 +1606,23 @@ __device__ __forceinline__ u32 mvf_round16(float x) {
     return __float_as_uint(mv_round_bf16(x)) >> 16;
 }
 
-// `matvec_float` for one activation row against F16 / BF16 weights (k % 8 == 0): the block
-// first rounds the row to the weights' type into shared memory (k 16-bit values, dynamic), so
-// the inner loop converts each activation from 16 bits instead of rounding it again for every
-// weight row (two conversions per weight, and the conversion pipe, which also widens each
-// product to f64, was what held the F16 kernel near 3.2 TB/s). The same products and the same
-// f64 sums in the same order. Each lane keeps MVF1_AHEAD 16-byte loads of weights in flight.
+// `matvec_float` for one activation row against F16 / BF16 weights (k % 8 == 0): the block rounds
+// the row to the weights' type into shared memory, so the inner loop widens each activation from
+// 16 bits instead of rounding it again for every weight row (two conversions per weight, and the
+// conversion pipe, which also widens each product to f64, was what held the F16 kernel near
+// 3.2 TB/s). The row is staged in pages of MVF_PAGE values, double-buffered: the block stages
+// page p + 1 while its warps multiply page p, then meets at a barrier, so no warp waits for the
+// whole row before its first product. The same products and the same f64 sums in the same
+// order as `matvec_float`. Each lane keeps MVF1_AHEAD 16-byte loads of weights in flight.
+#define MVF_PAGE 2048  // activations per page: one 16-byte word (8 values) per thread
 template <int T>
 __device__ void matvec_float_staged(const mv_segs sg, const float* __restrict__ x, int k,
                                     const float* __restrict__ residual) {
-    extern __shared__ uint4 mvf_x[];  // word i: the rounded x[8i .. 8i + 8]
-    constexpr int STRIDE = WARP * 8;  // elements between a lane's consecutive loads
+    constexpr int STRIDE = WARP * 8;             // elements between a lane's consecutive loads
+    constexpr int PER_PAGE = MVF_PAGE / STRIDE;  // a lane's weight words per page
+    static_assert(MVF_PAGE == MV_WARPS * WARP * 8, "one staged word per thread and page");
+    static_assert(PER_PAGE % MVF1_AHEAD == 0, "ring slots repeat every page");
+    __shared__ uint4 staged[2][MVF_PAGE / 8];  // word i of page p: the rounded x[2048p + 8i ..]
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     const int row = blockIdx.x * MV_WARPS + warp;
     const bool active = row < sg.n_out;
@@ -1631,30 +1637,41 @@ __device__ void matvec_float_staged(const mv_segs sg, const float* __restrict__ 
     }
     PDL_WAIT();
     PDL_TRIGGER();
-    for (int i = threadIdx.x; i < k / 8; i += blockDim.x) {
-        const float4 a = ((const float4*)x)[2 * i], b = ((const float4*)x)[2 * i + 1];
-        mvf_x[i] = make_uint4(mvf_round16<T>(a.x) | mvf_round16<T>(a.y) << 16,
-                              mvf_round16<T>(a.z) | mvf_round16<T>(a.w) << 16,
-                              mvf_round16<T>(b.x) | mvf_round16<T>(b.y) << 16,
-                              mvf_round16<T>(b.z) | mvf_round16<T>(b.w) << 16);
-    }
-    __syncthreads();
-    if (!active) return;  // the whole warp
-    double acc = 0.0;
-    for (int base = lane * 8; base < k; base += MVF1_AHEAD * STRIDE) {
-#pragma unroll
-        for (int d = 0; d < MVF1_AHEAD; ++d) {
-            const int e0 = base + d * STRIDE;
-            if (e0 >= k) break;
-            const uint4 wv = ahead[d];
-            if (e0 + MVF1_AHEAD * STRIDE < k)
-                ahead[d] = mv_ld_nc16(wr + (i64)(e0 + MVF1_AHEAD * STRIDE) * 2);
-            const uint4 xv = mvf_x[e0 / 8];
-#pragma unroll
-            for (int e = 0; e < 8; ++e)
-                acc += (double)__fmul_rn(mv_weight_in<T>(wv, e), mv_weight_in<T>(xv, e));
+    const int n_pages = (k + MVF_PAGE - 1) / MVF_PAGE;
+    auto stage = [&](int p) {
+        const int w = p * (MVF_PAGE / 8) + threadIdx.x;  // word of x
+        if (w < k / 8) {
+            const float4 a = ((const float4*)x)[2 * w], b = ((const float4*)x)[2 * w + 1];
+            staged[p & 1][threadIdx.x] =
+                make_uint4(mvf_round16<T>(a.x) | mvf_round16<T>(a.y) << 16,
+                           mvf_round16<T>(a.z) | mvf_round16<T>(a.w) << 16,
+                           mvf_round16<T>(b.x) | mvf_round16<T>(b.y) << 16,
+                           mvf_round16<T>(b.z) | mvf_round16<T>(b.w) << 16);
         }
+    };
+    stage(0);
+    __syncthreads();
+    double acc = 0.0;
+    for (int p = 0; p < n_pages; ++p) {
+        // Page p + 1 goes to the buffer page p - 1 used, which every warp has left (barrier).
+        if (p + 1 < n_pages) stage(p + 1);
+        if (active) {
+#pragma unroll
+            for (int d = 0; d < PER_PAGE; ++d) {
+                const int e0 = p * MVF_PAGE + lane * 8 + d * STRIDE;
+                if (e0 >= k) break;
+                const uint4 wv = ahead[d % MVF1_AHEAD];
+                const int next = e0 + MVF1_AHEAD * STRIDE;
+                if (next < k) ahead[d % MVF1_AHEAD] = mv_ld_nc16(wr + (i64)next * 2);
+                const uint4 xv = staged[p & 1][lane + d * WARP];
+#pragma unroll
+                for (int e = 0; e < 8; ++e)
+                    acc += (double)__fmul_rn(mv_weight_in<T>(wv, e), mv_weight_in<T>(xv, e));
+            }
+        }
+        __syncthreads();
     }
+    if (!active) return;  // the whole warp
     const double sum = warp_sum_f64(acc);
     if (lane == 0) sg.y(sgi)[lr] = mv_epilogue(__double2float_rn(sum), sg.bias(sgi), residual, lr, lr);
 }
@@ -1671,7 +1688,7 @@ MATVEC_FLOAT(f16, 1)
 MATVEC_FLOAT(bf16, 2)
 
 // One activation row (m == 1): F32 weights through `matvec_float` with loads ahead, F16 / BF16
-// through `matvec_float_staged` (k % 8 == 0; dynamic shared memory k * 2 bytes).
+// through `matvec_float_staged` (k % 8 == 0).
 extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV_MIN_BLOCKS)
     matvec_float1_f32(float* y, const u8* w, const float* x, int n_out, int k, int m,
                       const float* bias, const float* residual, MV_SEG_PARAMS) {

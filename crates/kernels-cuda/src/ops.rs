@@ -1,7 +1,7 @@
 //! Typed launches of the kernels in `kernels/`, with shape checks before anything reaches the
 //! GPU. Activations are `f32` buffers in row-major order; weights stay in their stored format.
 
-use cudarc::driver::{CudaFunction, LaunchConfig};
+use cudarc::driver::LaunchConfig;
 use synaptix_core::DType;
 
 use crate::launch::Launch;
@@ -1307,26 +1307,17 @@ fn matvec_float_kernel(
     let m = x.len() / w.cols;
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
     // One activation row: the kernels that keep more weight loads in flight (and, for 16-bit
-    // weights, round the row once into k * 2 bytes of shared memory, when it fits).
-    let name = |kernel: &str| -> Result<CudaFunction> {
-        dev.function(
-            "matvec",
-            &format!("{kernel}_{}", suffix("matvec", w.dtype)?),
-        )
+    // weights, stage the row rounded to their type in shared memory: k % 8 == 0).
+    let staged = w.dtype != DType::F32;
+    let kernel = if m == 1 && !float1_off() && (!staged || w.cols.is_multiple_of(8)) {
+        "matvec_float1"
+    } else {
+        "matvec_float"
     };
-    let mut smem = 0;
-    let mut f = name("matvec_float")?;
-    if m == 1 && !float1_off() {
-        let staged = w.dtype != DType::F32;
-        let bytes = if staged { w.cols * 2 } else { 0 };
-        let f1 = name("matvec_float1")?;
-        if !staged
-            || (w.cols.is_multiple_of(8)
-                && (bytes <= MVR_DEFAULT_SHARED || bytes <= dev.max_shared_memory(&f1)?))
-        {
-            (f, smem) = (f1, bytes);
-        }
-    }
+    let f = dev.function(
+        "matvec",
+        &format!("{kernel}_{}", suffix("matvec", w.dtype)?),
+    )?;
     let (r32, c32, m32) = (
         i32_arg("matvec", "rows", rows)?,
         i32_arg("matvec", "cols", w.cols)?,
@@ -1342,14 +1333,14 @@ fn matvec_float_kernel(
     epilogue_args(&mut l, &epi);
     segment_args(&mut l, w.rows, more)?;
     // SAFETY: one warp per weight row of the launch's matrices (warps past their rows return at
-    // once, after the staged kernels' barrier) and group of up to MV_COLS activation rows; reads
-    // and writes stay inside the checked shapes of each matrix; the staged kernels' shared
-    // memory holds the k rounded activations (k % 8 == 0, opted into above when over 48 KiB).
+    // once, or after the staged kernels' last barrier) and group of up to MV_COLS activation
+    // rows; reads and writes stay inside the checked shapes of each matrix (the staged kernels
+    // read x in whole 8-value words: k % 8 == 0).
     unsafe {
         l.launch(LaunchConfig {
             grid_dim: (rows.div_ceil(MV_WARPS) as u32, passes as u32, 1),
             block_dim: ((MV_WARPS * 32) as u32, 1, 1),
-            shared_mem_bytes: smem as u32,
+            shared_mem_bytes: 0,
         })
     }?;
     Ok(())
