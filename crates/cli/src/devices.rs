@@ -118,9 +118,10 @@ fn kernel_paths(cc: (i32, i32)) -> String {
     if cc < synaptix_kernels_cuda::MIN_COMPUTE_CAPABILITY {
         return "none: the kernels need compute capability 8.0 or newer".into();
     }
-    "decode: one CUDA graph per KV cache; matvec with 8-bit activations and exact-order block \
-     sums (dp4a); attention over a paged f16 KV cache, in one pass per head up to 256 \
-     positions, split-K beyond; penalties, top-k and argmax on the device. prefill: int8 and \
+    "decode: CUDA graphs per KV cache (one for each side of the one-pass attention limit); \
+     matvec with 8-bit activations and exact-order block sums (dp4a), k-quants a whole \
+     super-block per thread, F16/BF16 with f64 sums; attention over a paged f16 KV cache, in \
+     one pass per head up to 256 positions, split-K beyond; penalties, top-k and argmax on the device. prefill: int8 and \
      f16/bf16 tensor-core GEMM (mma.sync), k-quants with their scales folded in; exact \
      attention in one pass per row and head. sm_90: programmatic dependent launch"
         .into()
