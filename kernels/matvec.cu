@@ -3,6 +3,7 @@
 // One warp per output row; each lane walks whole blocks of the row and accumulates the
 // dequantized weight times the activation. Grid: (ceil(n_out / warps per block), m rows of x).
 #include "common.cuh"
+#include "quant8.cuh"
 
 template <typename F>
 __device__ void matvec(float* y, const u8* w, const float* x, int n_out, int n_in) {
@@ -1280,9 +1281,57 @@ __device__ __forceinline__ void mvr_write_acts(const mv_acts_step& s, int id, u8
     }
 }
 
+// The activation row of `matvec_q8_rows` from f32 values, quantized to Q8_K by this block
+// straight into its transposed form (MV_ACT_R layout), after RMSNorm when `norm_w` is given: the
+// operations of rms_norm_q8_k (quantize.cu) then `mv_acts_step`, so the same bits. Warp w takes
+// super-blocks w, w + MVR_WARPS, ...; lane i holds values 8i .. 8i + 7, whose quant j is byte i % 4
+// of lane j's word i / 4.
+__device__ void mvr_quantize_row(u8* acts_t, const float* __restrict__ xf,
+                                 const float* __restrict__ norm_w, float eps, int k) {
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    float scale = 1.0f;
+    if (norm_w) {
+        // As the fused RMSNorm: f32 squares summed in f64, 1/sqrtf(mean + eps), scale, weight.
+        double ss = 0.0;
+        for (int i = threadIdx.x; i < k / 4; i += blockDim.x) {
+            const float4 v = ((const float4*)xf)[i];
+            ss += (double)__fmul_rn(v.x, v.x) + (double)__fmul_rn(v.y, v.y) +
+                  (double)__fmul_rn(v.z, v.z) + (double)__fmul_rn(v.w, v.w);
+        }
+        ss = block_sum_f64(ss);
+        const float mean = (float)(ss / (double)k);
+        scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+    }
+    for (int sb = warp; sb < k / QK_K; sb += MVR_WARPS) {
+        const int e = sb * QK_K + 8 * lane;
+        const float4 a = *(const float4*)(xf + e), b = *(const float4*)(xf + e + 4);
+        float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        if (norm_w) {
+            const float4 ga = *(const float4*)(norm_w + e), gb = *(const float4*)(norm_w + e + 4);
+            const float g[8] = {ga.x, ga.y, ga.z, ga.w, gb.x, gb.y, gb.z, gb.w};
+#pragma unroll
+            for (int i = 0; i < 8; ++i) v[i] = __fmul_rn(__fmul_rn(v[i], scale), g[i]);
+        }
+        u32 q[2];
+        int sum;
+        float d;
+        quantize_q8_k_lane(v, q, sum, d);
+        u8* dst = acts_t + sb * MV_ACT_R;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) dst[32 * j + 4 * (lane / 4) + lane % 4] = (u8)(q[j / 4] >> (8 * (j % 4)));
+        // Σ of the 32 quants of sub-block lane / 4 (lanes 4s .. 4s + 3), as the i16 pair sums.
+        int s32 = sum + __shfl_xor_sync(MV_FULL, sum, 1);
+        s32 += __shfl_xor_sync(MV_FULL, s32, 2);
+        if (lane % 4 == 0) *(short*)(dst + 256 + 2 * (lane / 4)) = (short)s32;
+        if (lane == 0) *(float*)(dst + 272) = d;
+    }
+}
+
 template <typename F>
 __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, long long meta_off,
-                               long long bsums_off, int k, const float* __restrict__ residual) {
+                               long long bsums_off, int k, const float* __restrict__ residual,
+                               const float* __restrict__ xf, const float* __restrict__ norm_w,
+                               float eps) {
     static_assert(F::KIND == MV_LANES, "lane-major k-quants only");
     using R = mvr_shape<F>;
     constexpr int T9 = 9;               // terms per super-block in `tt`: 8 lanes, the min term
@@ -1333,8 +1382,11 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
     PDL_WAIT();  // two rounds of weights are on their way
     PDL_TRIGGER();
 
-    // The activation row, lane-major; loads of up to 4 tasks in flight per thread.
-    {
+    // The activation row, lane-major: quantized here from f32 (after RMSNorm), or transposed
+    // from the quantized row, with loads of up to 4 tasks in flight per thread.
+    if (xf) {
+        mvr_quantize_row(acts_t, xf, norm_w, eps, k);
+    } else {
         constexpr int NT = 4;
         const int n_tasks = n_sb * 9;
         for (int id0 = threadIdx.x; id0 < n_tasks; id0 += NT * MVR_WARPS * WARP) {
@@ -1456,9 +1508,11 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
     extern "C" __global__ void __launch_bounds__(MVR_WARPS * WARP, 4)                            \
         matvec_q8_rows_##name(float* y, const u8* w, const u8* acts, long long meta_off,         \
                               long long bsums_off, int n_out, int k, const float* bias,          \
-                              const float* residual, MV_SEG_PARAMS) {                            \
+                              const float* residual, MV_SEG_PARAMS, const float* xf,             \
+                              const float* norm_w, float eps) {                                  \
         PDL_WAITS_INSIDE();                                                                      \
-        matvec_q8_rows<fmt>(MV_SEGS(y, w, bias, n_out), acts, meta_off, bsums_off, k, residual); \
+        matvec_q8_rows<fmt>(MV_SEGS(y, w, bias, n_out), acts, meta_off, bsums_off, k, residual,  \
+                            xf, norm_w, eps);                                                    \
     }
 MATVEC_Q8_ROWS(q3_k, mv_q3_k)
 MATVEC_Q8_ROWS(q4_k, mv_q4_k)

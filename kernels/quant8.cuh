@@ -72,29 +72,19 @@ __device__ void quantize_q8_32_block(const float* x, u8* out, long long meta, in
     quantize_q8_32_value<Q81>(x[(i64)b * 32 + threadIdx.x % WARP], out, meta, b);
 }
 
-// Q8_K block `b` (by the calling warp), lane i holding elements 8i .. 8i + 7.
-// xb: the block's 256 values (global or shared memory, 16-byte aligned).
-__device__ void quantize_q8_k_values(const float* xb, u8* out, long long meta, long long bsums, int b) {
-    const int lane = threadIdx.x % WARP;
-    const float4* xv = (const float4*)(xb + 8 * lane);
-    const float4 v0 = xv[0], v1 = xv[1];
-    const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+// Q8_K quantization of one 256-value block by the calling warp, lane i holding values
+// 8i .. 8i + 7 in `v`: the lane's quants (packed, little-endian) in q[0], q[1], their sum, and the
+// block's scale d (all lanes). A block of zeros gives zero quants and d = 0.
+__device__ __forceinline__ void quantize_q8_k_lane(const float (&v)[8], u32 (&q)[2], int& sum, float& d) {
     // amax over |x| (`|x| > amax` never holds for NaN), then the first element of that
     // magnitude: its signed value maps to -127.
+    const int lane = threadIdx.x % WARP;
     float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < 8; ++i) amax = fabsf(v[i]) > amax ? fabsf(v[i]) : amax;
     amax = warp_max(amax);
-    float* dptr = (float*)(out + meta) + b;
-    short* bs = (short*)(out + bsums) + (i64)b * 16;
-    u32* q_out = (u32*)(out + (i64)b * QK_K + 8 * lane);
-    if (amax == 0.0f) {
-        q_out[0] = 0;
-        q_out[1] = 0;
-        if (lane % 2 == 0) bs[lane / 2] = 0;
-        if (lane == 0) *dptr = 0.0f;
-        return;
-    }
+    q[0] = 0, q[1] = 0, sum = 0, d = 0.0f;
+    if (amax == 0.0f) return;  // warp-uniform
     int first = 8;
 #pragma unroll
     for (int i = 7; i >= 0; --i) first = fabsf(v[i]) == amax ? i : first;
@@ -106,8 +96,6 @@ __device__ void quantize_q8_k_values(const float* xb, u8* out, long long meta, l
     for (int o = WARP / 2; o > 0; o >>= 1) pos = min(pos, __shfl_xor_sync(Q8_FULL, pos, o));
     const float max = __shfl_sync(Q8_FULL, mine, pos / 8);
     const float iscale = __fdiv_rn(-127.0f, max);
-    u32 packed[2] = {0, 0};
-    int sum = 0;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
         // ggml's nearest_int: (iscale * x + 1.5 * 2^23) rounds to an integer (half to even)
@@ -121,15 +109,30 @@ __device__ void quantize_q8_k_values(const float* xb, u8* out, long long meta, l
             const float biased = __fadd_rn(p, 12582912.0f);
             qi = (int)(__float_as_uint(biased) & 0x007fffffu) - 0x00400000;
         }
-        const i8 q = (i8)(min(qi, 127) & 0xff);  // C: MIN(127, v) stored into an int8_t
-        sum += q;
-        packed[i / 4] |= ((u32)(u8)q) << (8 * (i % 4));
+        const i8 qb = (i8)(min(qi, 127) & 0xff);  // C: MIN(127, v) stored into an int8_t
+        sum += qb;
+        q[i / 4] |= ((u32)(u8)qb) << (8 * (i % 4));
     }
-    q_out[0] = packed[0];
-    q_out[1] = packed[1];
+    d = __fdiv_rn(1.0f, iscale);
+}
+
+// Q8_K block `b` (by the calling warp), lane i holding elements 8i .. 8i + 7.
+// xb: the block's 256 values (global or shared memory, 16-byte aligned).
+__device__ void quantize_q8_k_values(const float* xb, u8* out, long long meta, long long bsums, int b) {
+    const int lane = threadIdx.x % WARP;
+    const float4* xv = (const float4*)(xb + 8 * lane);
+    const float4 v0 = xv[0], v1 = xv[1];
+    const float v[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+    u32 q[2];
+    int sum;
+    float d;
+    quantize_q8_k_lane(v, q, sum, d);
+    u32* q_out = (u32*)(out + (i64)b * QK_K + 8 * lane);
+    q_out[0] = q[0];
+    q_out[1] = q[1];
     const int group = sum + __shfl_xor_sync(Q8_FULL, sum, 1);  // 16 quants: lanes 2g, 2g + 1
-    if (lane % 2 == 0) bs[lane / 2] = (short)group;
-    if (lane == 0) *dptr = __fdiv_rn(1.0f, iscale);
+    if (lane % 2 == 0) ((short*)(out + bsums))[(i64)b * 16 + lane / 2] = (short)group;
+    if (lane == 0) ((float*)(out + meta))[b] = d;
 }
 
 __device__ __forceinline__ void quantize_q8_k_block(const float* x, u8* out, long long meta, long long bsums, int b) {

@@ -877,11 +877,48 @@ fn mv_rows_shared(dtype: DType, cols: usize) -> usize {
 /// `matvec_q8_rows_*`: one activation row against Q3_K .. Q6_K weights, each warp streaming
 /// whole weight rows; shapes and epilogue checked by the caller. `Ok(false)` (nothing
 /// launched) when its shared memory does not fit this GPU (very long rows).
+/// Blocks of `matvec_q8_rows_*` (function `f`, `smem` bytes of dynamic shared memory) that fit
+/// on one SM; 0 when its shared memory does not fit this GPU (very long rows). Opts `f` into
+/// more than the default shared memory where needed.
+fn rows_blocks_per_sm(
+    dev: &CudaDevice,
+    f: &cudarc::driver::CudaFunction,
+    smem: usize,
+) -> Result<usize> {
+    if smem > MVR_DEFAULT_SHARED && smem > dev.max_shared_memory(f)? {
+        return Ok(0);
+    }
+    let threads = (MVR_WARPS * 32) as u32;
+    Ok(f.occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)? as usize)
+}
+
+/// Whether `matvec_q8_rows_*` can run for rows of `cols` values of `dtype` on this GPU.
+fn rows_kernel_fits(dev: &CudaDevice, dtype: DType, cols: usize) -> Result<bool> {
+    let f = dev.function(
+        "matvec",
+        &format!("matvec_q8_rows_{}", suffix("matvec", dtype)?),
+    )?;
+    Ok(rows_blocks_per_sm(dev, &f, mv_rows_shared(dtype, cols))? > 0)
+}
+
+/// Where `matvec_q8_rows_*` takes its activation row from.
+#[derive(Clone, Copy)]
+enum RowActs<'a> {
+    /// Already quantized (Q8_K).
+    Quantized(&'a DeviceActs),
+    /// f32 values the kernel quantizes itself, after RMSNorm with this weight and epsilon when
+    /// given.
+    Raw {
+        x: &'a DeviceBuffer<f32>,
+        norm: Option<(&'a DeviceBuffer<f32>, f32)>,
+    },
+}
+
 fn matvec_rows(
     dev: &CudaDevice,
     y: &mut DeviceBuffer<f32>,
     w: &DeviceMatrix,
-    acts: &DeviceActs,
+    acts: RowActs,
     epi: Epilogue,
     more: &mut [MatvecPart],
 ) -> Result<bool> {
@@ -895,11 +932,8 @@ fn matvec_rows(
         &format!("matvec_q8_rows_{}", suffix("matvec", w.dtype)?),
     )?;
     let smem = mv_rows_shared(w.dtype, w.cols);
-    if smem > MVR_DEFAULT_SHARED && smem > dev.max_shared_memory(&f)? {
-        return Ok(false);
-    }
     let threads = (MVR_WARPS * 32) as u32;
-    let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)? as usize;
+    let per_sm = rows_blocks_per_sm(dev, &f, smem)?;
     if per_sm == 0 {
         return Ok(false);
     }
@@ -913,22 +947,29 @@ fn matvec_rows(
         i32_arg("matvec", "rows", rows)?,
         i32_arg("matvec", "cols", w.cols)?,
     );
-    let (meta, bsums) = (acts.meta_offset as i64, acts.bsums_offset as i64);
+    let (quantized, raw, norm) = match acts {
+        RowActs::Quantized(a) => (Some(a), None, None),
+        RowActs::Raw { x, norm } => (None, Some(x), norm),
+    };
+    let (meta, bsums) = quantized.map_or((0, 0), |a| (a.meta_offset as i64, a.bsums_offset as i64));
     let mut l = Launch::new(dev, &f);
     l.arg(y)
         .arg(&w.data)
-        .arg(&acts.buf)
+        .arg(quantized.map(|a| &a.buf))
         .arg(meta)
         .arg(bsums)
         .arg(r32)
         .arg(c32);
     epilogue_args(&mut l, &epi);
     segment_args(&mut l, w.rows, more)?;
+    l.arg(raw)
+        .arg(norm.map(|(g, _)| g))
+        .arg(norm.map_or(0.0f32, |(_, eps)| eps));
     // SAFETY: the shapes were checked (the epilogue's too) and m == 1: the warps split the rows
     // into disjoint ranges and write y[row] (plus bias[row], residual[row] reads) for their own
-    // rows only; weight reads stay inside the row's super-blocks but for at most 2 bytes past
-    // the last one (inside WEIGHT_PAD); activation reads cover the one row of `acts`; the
-    // dynamic shared memory is `mv_rows_shared`, which the kernel's layout needs exactly and
+    // rows only; weight reads stay inside the row's super-blocks but for at most 14 bytes past
+    // the last one (inside WEIGHT_PAD); activation reads cover the one row of `acts` (or the
+    // k values of x and of the norm weight, checked by the caller); the dynamic shared memory is `mv_rows_shared`, which the kernel's layout needs exactly and
     // the function was opted into above when over the default.
     unsafe {
         l.launch(LaunchConfig {
@@ -1102,7 +1143,10 @@ pub fn matvec_quantized_with(
     if w.dtype.block_len() == 32 && w.cols <= 1024 && m <= MV_COLS {
         return matvec_short(dev, y, w, acts, epi, &mut []);
     }
-    if m == 1 && use_rows_kernel(w) && matvec_rows(dev, y, w, acts, epi, &mut [])? {
+    if m == 1
+        && use_rows_kernel(w)
+        && matvec_rows(dev, y, w, RowActs::Quantized(acts), epi, &mut [])?
+    {
         return Ok(());
     }
     if m == 1 && use_tile_kernel(w.dtype, w.rows) {
@@ -1147,6 +1191,78 @@ pub fn matvec_quantized_with(
         })
     }?;
     Ok(())
+}
+
+/// `part.y = rms_norm(x, norm, eps) · part.wᵀ (+ part.bias)` for each part, for one row `x`,
+/// with the norm and the activation quantization done inside the k-quant row kernel (each
+/// block normalises and quantizes the row itself): no launch for the norm and no normalised row
+/// in memory. Bit for bit `fused::rms_norm_quantized` then [`matvec_many`]. Parts of one format
+/// share a launch where the row kernel allows (Q4_K, Q5_K); Q6_K parts have their own. Ok(false),
+/// with nothing launched, where it does not apply: several rows, formats other than Q4_K, Q5_K
+/// and Q6_K, rows that are not whole super-blocks, `SYNAPTIX_NO_ROWS_KERNEL`, or an activation
+/// row too long for the kernel's shared memory; the caller then normalises and multiplies
+/// apart.
+pub fn rms_norm_matvec_many(
+    dev: &CudaDevice,
+    parts: &mut [MatvecPart],
+    x: &DeviceBuffer<f32>,
+    norm: &DeviceBuffer<f32>,
+    eps: f32,
+) -> Result<bool> {
+    let Some(first) = parts.first() else {
+        return Ok(false);
+    };
+    let cols = first.w.cols;
+    let applies = cols > 0
+        && cols.is_multiple_of(256)
+        && x.len() == cols
+        && norm.len() == cols
+        && parts
+            .iter()
+            .all(|p| p.w.cols == cols && mv_rows_whole(p.w.dtype) && use_rows_kernel(p.w));
+    if !applies {
+        return Ok(false);
+    }
+    for p in parts.iter() {
+        check_matvec(p.w, p.y.len(), 1)?;
+        Epilogue {
+            bias: p.bias,
+            residual: None,
+        }
+        .check(p.w.rows, p.y.len())?;
+        if !rows_kernel_fits(dev, p.w.dtype, cols)? {
+            return Ok(false);
+        }
+    }
+    let acts = RowActs::Raw {
+        x,
+        norm: Some((norm, eps)),
+    };
+    // Runs of up to three parts of one format that can share a launch.
+    let mut at = 0;
+    while at < parts.len() {
+        let dtype = parts[at].w.dtype;
+        let mut end = at + 1;
+        if mv_rows_multi(dtype) && !many_disabled() {
+            while end < parts.len() && end - at < 3 && parts[end].w.dtype == dtype {
+                end += 1;
+            }
+        }
+        let (first, rest) = parts[at..end].split_first_mut().expect("a non-empty run");
+        let epi = Epilogue {
+            bias: first.bias,
+            residual: None,
+        };
+        if !matvec_rows(dev, first.y, first.w, acts, epi, rest)? {
+            // rows_kernel_fits said yes above.
+            return Err(CudaError::Invalid {
+                op: "rms_norm_matvec_many",
+                detail: format!("the row kernel refused [{}, {cols}] {dtype}", first.w.rows),
+            });
+        }
+        at = end;
+    }
+    Ok(true)
 }
 
 /// `part.y = x · part.wᵀ (+ part.bias)` for each part, with `acts` the rows of `x` quantized
@@ -1200,7 +1316,7 @@ pub fn matvec_many(
                 }
                 if mv_rows_multi(dtype)
                     && use_rows_kernel(first.w)
-                    && matvec_rows(dev, first.y, first.w, acts, epi, rest)?
+                    && matvec_rows(dev, first.y, first.w, RowActs::Quantized(acts), epi, rest)?
                 {
                     return Ok(());
                 }

@@ -1145,6 +1145,103 @@ fn fused_rms_norm_quantize_matches_separate_ops() {
     }
 }
 
+/// RMSNorm inside the k-quant row kernel (`ops::rms_norm_matvec_many`: each block normalises
+/// and quantizes the row itself) gives bit for bit the fused norm + quantization followed by
+/// `matvec_many`, the path it replaces: for shared launches (Q4_K, Q5_K) with biases, a Q6_K
+/// part in its own launch beside them (Q4_K_M's V), long rows (33 super-blocks), and rows
+/// outside its reach (not whole super-blocks: Ok(false), nothing written).
+#[test]
+fn rms_norm_matvec_many_matches_norm_then_matvec() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let cases: [(usize, &[(DType, usize)]); 5] = [
+        (
+            1536,
+            &[(DType::Q4K, 1536), (DType::Q4K, 256), (DType::Q4K, 256)],
+        ),
+        (
+            1536,
+            &[(DType::Q4K, 1536), (DType::Q4K, 256), (DType::Q6K, 256)],
+        ),
+        (2048, &[(DType::Q5K, 333), (DType::Q5K, 77)]),
+        (8448, &[(DType::Q6K, 600), (DType::Q4K, 500)]),
+        (3584, &[(DType::Q4K, 4000), (DType::Q4K, 4000)]),
+    ];
+    for (cols, mats) in cases {
+        let x = activations(&mut rng, 1, cols);
+        let g = rng.vec(cols, 1.0);
+        let (dx, dg) = (dev.upload(&x).unwrap(), dev.upload(&g).unwrap());
+        let mut weights = Vec::new();
+        let mut biases = Vec::new();
+        for &(dtype, rows) in mats {
+            let bytes = random_weights(&mut rng, dtype, rows, cols);
+            weights.push(DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap());
+            biases.push(dev.upload(&rng.vec(rows, 1.0)).unwrap());
+        }
+        let run = |fused: bool| -> Vec<Vec<u32>> {
+            let mut ys: Vec<DeviceBuffer<f32>> =
+                weights.iter().map(|w| poisoned(&dev, w.rows)).collect();
+            let mut parts: Vec<ops::MatvecPart> = ys
+                .iter_mut()
+                .zip(weights.iter().zip(&biases))
+                .map(|(y, (w, b))| ops::MatvecPart {
+                    w,
+                    y,
+                    bias: Some(b),
+                })
+                .collect();
+            if fused {
+                assert!(ops::rms_norm_matvec_many(&dev, &mut parts, &dx, &dg, 1e-6).unwrap());
+            } else {
+                // The path the fused op replaces, per format (each format its own activations).
+                let mut normed = poisoned(&dev, cols);
+                ops::rms_norm(&dev, &mut normed, &dx, &dg, 1e-6).unwrap();
+                for p in parts.iter_mut() {
+                    let mut acts = ops::DeviceActs::new(&dev, p.w.dtype, 1, cols).unwrap();
+                    ops::quantize_acts(&dev, &mut acts, &normed).unwrap();
+                    ops::matvec_many(&dev, std::slice::from_mut(p), &normed, Some(&acts)).unwrap();
+                }
+            }
+            drop(parts);
+            ys.iter()
+                .map(|y| {
+                    dev.download(y)
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect()
+                })
+                .collect()
+        };
+        let (got, want) = (run(true), run(false));
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let differ = g.iter().zip(w).filter(|(a, b)| a != b).count();
+            assert!(
+                differ == 0,
+                "cols {cols} {mats:?}: matrix {i}: {differ} of {} outputs differ",
+                g.len()
+            );
+        }
+    }
+    // Rows that are not whole super-blocks: not taken, nothing written.
+    let cols = 896;
+    let bytes = random_weights(&mut rng, DType::Q8_0, 64, cols);
+    let w = DeviceMatrix::upload(&dev, DType::Q8_0, 64, cols, &bytes).unwrap();
+    let mut y = poisoned(&dev, 64);
+    let (dx, dg) = (
+        dev.upload(&activations(&mut rng, 1, cols)).unwrap(),
+        dev.upload(&rng.vec(cols, 1.0)).unwrap(),
+    );
+    let mut parts = [ops::MatvecPart {
+        w: &w,
+        y: &mut y,
+        bias: None,
+    }];
+    assert!(!ops::rms_norm_matvec_many(&dev, &mut parts, &dx, &dg, 1e-6).unwrap());
+    assert!(dev.download(&y).unwrap().iter().all(|v| v.is_nan()));
+}
+
 /// Decode of long k-quant rows (up to Qwen2.5 7B's MLP down projection, k = 18944), through
 /// the one-row kernel (`matvec_q8_rows_*`, rounds of 32 super-blocks across row boundaries) or
 /// the block-step kernel, bit for bit the CPU's.

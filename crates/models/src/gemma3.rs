@@ -186,18 +186,33 @@ impl<B: Backend> Block<B> {
         tap: &mut dyn Tap,
     ) -> Result<()> {
         let a = &self.attn;
-        let h = self.attn_norm.forward_for(be, x, &[&a.q, &a.k, &a.v])?;
-        record(be, tap, name, "attn_norm", &h)?;
-        let attn = self.attn.forward(be, &h, pos, kv, name, tap)?;
+        // The norms' outputs exist on their own only when a tap wants them; otherwise the
+        // backend may normalise inside the projections.
+        let attn = if tap.wants(&format!("{name}.attn_norm")) {
+            let h = self.attn_norm.forward_for(be, x, &[&a.q, &a.k, &a.v])?;
+            record(be, tap, name, "attn_norm", &h)?;
+            a.forward(be, &h, pos, kv, name, tap)?
+        } else {
+            let qkv = self
+                .attn_norm
+                .forward_linear_many(be, x, [&a.q, &a.k, &a.v])?;
+            a.forward_projected(be, qkv, pos, kv, name, tap)?
+        };
         let attn = self.post_attention_norm.forward(be, &attn)?;
         record(be, tap, name, "attn_post_norm", &attn)?;
         be.add(x, &attn)?;
         record(be, tap, name, "sa_out", x)?;
-        let h = self
-            .ffn_norm
-            .forward_for(be, x, &[&self.mlp.gate, &self.mlp.up])?;
-        record(be, tap, name, "ffn_norm", &h)?;
-        let ffn = self.mlp.forward(be, &h, name, tap)?;
+        let mlp = &self.mlp;
+        let ffn = if tap.wants(&format!("{name}.ffn_norm")) {
+            let h = self.ffn_norm.forward_for(be, x, &[&mlp.gate, &mlp.up])?;
+            record(be, tap, name, "ffn_norm", &h)?;
+            mlp.forward(be, &h, name, tap)?
+        } else {
+            let [gate, up] = self
+                .ffn_norm
+                .forward_linear_many(be, x, [&mlp.gate, &mlp.up])?;
+            mlp.forward_projected(be, gate, up, name, tap)?
+        };
         record(be, tap, name, "ffn_out", &ffn)?;
         let ffn = self.post_ffw_norm.forward(be, &ffn)?;
         record(be, tap, name, "ffn_post_norm", &ffn)?;

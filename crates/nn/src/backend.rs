@@ -62,6 +62,19 @@ pub trait Backend: Send + Sync + 'static {
     }
     /// RMSNorm of every `w.len()`-long piece of each row (whole rows, or attention heads).
     fn rms_norm(&self, x: &Self::Tensor, w: &Self::Vector, eps: f32) -> Result<Self::Tensor>;
+    /// `linear_many(rms_norm(x, w, eps), ws)` where nothing else reads the normalised rows: a
+    /// backend may do the norm inside the products.
+    fn rms_norm_linear_many(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Vector,
+        eps: f32,
+        ws: &[(&Self::Matrix, Option<&Self::Vector>)],
+    ) -> Result<Vec<Self::Tensor>> {
+        let consumers: Vec<&Self::Matrix> = ws.iter().map(|(m, _)| *m).collect();
+        let h = self.rms_norm_for(x, w, eps, &consumers)?;
+        self.linear_many(&h, ws)
+    }
     /// [`Backend::rms_norm`] whose output feeds the weights `consumers` (through `linear_many`):
     /// a backend may prepare their input (quantize it) in the same step.
     fn rms_norm_for(

@@ -21,11 +21,20 @@ impl<B: Backend> PreNormBlock<B> {
         tap: &mut dyn Tap,
     ) -> Result<()> {
         let a = &self.attn;
-        let h = self.attn_norm.forward_for(be, x, &[&a.q, &a.k, &a.v])?;
-        record(be, tap, name, "attn_norm", &h)?;
+        // The norms' outputs exist on their own only when a tap wants them; otherwise the
+        // backend may normalise inside the projections.
+        let attn = if tap.wants(&format!("{name}.attn_norm")) {
+            let h = self.attn_norm.forward_for(be, x, &[&a.q, &a.k, &a.v])?;
+            record(be, tap, name, "attn_norm", &h)?;
+            self.attn.attend(be, &h, pos, kv, name, tap)?
+        } else {
+            let qkv = self
+                .attn_norm
+                .forward_linear_many(be, x, [&a.q, &a.k, &a.v])?;
+            self.attn.attend_projected(be, qkv, pos, kv, name, tap)?
+        };
         // The output projections add into the residual stream in one step, unless a tap wants
         // what they produce on its own.
-        let attn = self.attn.attend(be, &h, pos, kv, name, tap)?;
         if tap.wants(&format!("{name}.attn_out")) {
             let out = self.attn.o.forward(be, &attn)?;
             record(be, tap, name, "attn_out", &out)?;
@@ -34,11 +43,17 @@ impl<B: Backend> PreNormBlock<B> {
             self.attn.o.forward_add(be, &attn, x)?;
         }
         record(be, tap, name, "ffn_inp", x)?;
-        let h = self
-            .ffn_norm
-            .forward_for(be, x, &[&self.mlp.gate, &self.mlp.up])?;
-        record(be, tap, name, "ffn_norm", &h)?;
-        let act = self.mlp.activate(be, &h, name, tap)?;
+        let mlp = &self.mlp;
+        let act = if tap.wants(&format!("{name}.ffn_norm")) {
+            let h = self.ffn_norm.forward_for(be, x, &[&mlp.gate, &mlp.up])?;
+            record(be, tap, name, "ffn_norm", &h)?;
+            mlp.activate(be, &h, name, tap)?
+        } else {
+            let [gate, up] = self
+                .ffn_norm
+                .forward_linear_many(be, x, [&mlp.gate, &mlp.up])?;
+            mlp.activate_projected(be, gate, up, name, tap)?
+        };
         if tap.wants(&format!("{name}.ffn_out")) {
             let ffn = self.mlp.down.forward(be, &act)?;
             record(be, tap, name, "ffn_out", &ffn)?;

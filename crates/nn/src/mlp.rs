@@ -50,6 +50,19 @@ impl<B: Backend> GatedMlp<B> {
         self.down.forward(be, &act)
     }
 
+    /// [`GatedMlp::forward`] from the gate and up projections.
+    pub fn forward_projected(
+        &self,
+        be: &B,
+        gate: B::Tensor,
+        up: B::Tensor,
+        name: &str,
+        tap: &mut dyn Tap,
+    ) -> Result<B::Tensor> {
+        let act = self.activate_projected(be, gate, up, name, tap)?;
+        self.down.forward(be, &act)
+    }
+
     /// `act(gate(x)) * up(x)`: everything before `down`.
     pub fn activate(
         &self,
@@ -59,6 +72,18 @@ impl<B: Backend> GatedMlp<B> {
         tap: &mut dyn Tap,
     ) -> Result<B::Tensor> {
         let [gate, up] = Linear::forward_many(be, x, [&self.gate, &self.up])?;
+        self.activate_projected(be, gate, up, name, tap)
+    }
+
+    /// [`GatedMlp::activate`] from the gate and up projections.
+    pub fn activate_projected(
+        &self,
+        be: &B,
+        gate: B::Tensor,
+        up: B::Tensor,
+        name: &str,
+        tap: &mut dyn Tap,
+    ) -> Result<B::Tensor> {
         record(be, tap, name, "ffn_gate", &gate)?;
         record(be, tap, name, "ffn_up", &up)?;
         let act = be.glu_for(&gate, &up, self.activation, &self.down.weight)?;

@@ -34,6 +34,24 @@ impl<B: Backend> RmsNorm<B> {
         let ws: Vec<&B::Matrix> = consumers.iter().map(|l| &l.weight).collect();
         be.rms_norm_for(x, &self.weight, self.eps, &ws)
     }
+
+    /// Every layer of `layers` applied to the normalised `x`, when nothing else needs the
+    /// normalised rows (the backend may normalise inside the products).
+    pub fn forward_linear_many<const N: usize>(
+        &self,
+        be: &B,
+        x: &B::Tensor,
+        layers: [&crate::Linear<B>; N],
+    ) -> Result<[B::Tensor; N]> {
+        let ws = layers.map(|l| (&l.weight, l.bias.as_ref()));
+        let out = be.rms_norm_linear_many(x, &self.weight, self.eps, &ws)?;
+        out.try_into().map_err(|v: Vec<B::Tensor>| {
+            crate::NnError::Kernel(synaptix_core::Error::ShapeMismatch {
+                op: "rms_norm_linear_many",
+                detail: format!("{} outputs for {N} weights", v.len()),
+            })
+        })
+    }
 }
 
 /// One row in place, as ggml computes it: the sum of squares in f64, `1/sqrtf(mean + eps)`,

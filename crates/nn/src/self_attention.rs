@@ -67,6 +67,22 @@ impl<B: Backend> SelfAttention<B> {
         Ok(out)
     }
 
+    /// [`SelfAttention::forward`] from the projected queries, keys and values.
+    pub fn forward_projected(
+        &self,
+        be: &B,
+        qkv: [B::Tensor; 3],
+        pos: &B::Positions,
+        kv: &mut B::Kv,
+        name: &str,
+        tap: &mut dyn Tap,
+    ) -> Result<B::Tensor> {
+        let attn = self.attend_projected(be, qkv, pos, kv, name, tap)?;
+        let out = self.o.forward(be, &attn)?;
+        record(be, tap, name, "attn_out", &out)?;
+        Ok(out)
+    }
+
     /// Everything before the output projection: `[rows, n_heads * head_dim]`.
     pub fn attend(
         &self,
@@ -77,8 +93,21 @@ impl<B: Backend> SelfAttention<B> {
         name: &str,
         tap: &mut dyn Tap,
     ) -> Result<B::Tensor> {
+        let qkv = Linear::forward_many(be, x, [&self.q, &self.k, &self.v])?;
+        self.attend_projected(be, qkv, pos, kv, name, tap)
+    }
+
+    /// [`SelfAttention::attend`] from the projected queries, keys and values.
+    pub fn attend_projected(
+        &self,
+        be: &B,
+        [mut q, mut k, v]: [B::Tensor; 3],
+        pos: &B::Positions,
+        kv: &mut B::Kv,
+        name: &str,
+        tap: &mut dyn Tap,
+    ) -> Result<B::Tensor> {
         let s = &self.spec;
-        let [mut q, mut k, v] = Linear::forward_many(be, x, [&self.q, &self.k, &self.v])?;
         record(be, tap, name, "Qcur", &q)?;
         record(be, tap, name, "Kcur", &k)?;
         record(be, tap, name, "Vcur", &v)?;
