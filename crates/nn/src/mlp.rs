@@ -46,8 +46,8 @@ impl<B: Backend> GatedMlp<B> {
         name: &str,
         tap: &mut dyn Tap,
     ) -> Result<B::Tensor> {
-        let act = self.activate(be, x, name, tap)?;
-        self.down.forward(be, &act)
+        let [gate, up] = Linear::forward_many(be, x, [&self.gate, &self.up])?;
+        self.forward_projected(be, gate, up, name, tap)
     }
 
     /// [`GatedMlp::forward`] from the gate and up projections.

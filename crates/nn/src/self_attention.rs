@@ -61,10 +61,8 @@ impl<B: Backend> SelfAttention<B> {
         name: &str,
         tap: &mut dyn Tap,
     ) -> Result<B::Tensor> {
-        let attn = self.attend(be, x, pos, kv, name, tap)?;
-        let out = self.o.forward(be, &attn)?;
-        record(be, tap, name, "attn_out", &out)?;
-        Ok(out)
+        let qkv = Linear::forward_many(be, x, [&self.q, &self.k, &self.v])?;
+        self.forward_projected(be, qkv, pos, kv, name, tap)
     }
 
     /// [`SelfAttention::forward`] from the projected queries, keys and values.
