@@ -1563,14 +1563,12 @@ __device__ __forceinline__ float mv_weight_in(uint4 v, int e) {
     return T == 1 ? f16_to_f32(h) : bf16_to_f32(h);
 }
 
-// COLS: activation rows per warp (1: the decode kernels `matvec_float1_*`, which have the
-// registers to keep AHEAD = 4 16-byte loads of weights in flight per lane; one ahead left the
-// H200's memory pipe a quarter empty, and 3 blocks per SM instead of 4 for room cost a second
-// wave on 3584×18944).
+// COLS: activation rows per warp; AHEAD: 16-byte weight loads each lane keeps in flight (the
+// general kernels: MV_COLS rows, one ahead; `matvec_float1_f32`, for one row: MVF1_AHEAD).
 #ifndef MVF1_AHEAD
 #define MVF1_AHEAD 4
 #endif
-// Thread blocks per SM the staged kernels are compiled for: 5 (51 registers) puts the 576
+// Thread blocks per SM the staged kernels are compiled for: 5 (at most 51 registers) puts the 576
 // blocks of a 4608-row projection (Qwen2.5 7B's Q, K and V) in one wave on 132 SMs.
 #ifndef MVF1_MIN_BLOCKS
 #define MVF1_MIN_BLOCKS 5
@@ -1594,8 +1592,8 @@ __device__ void matvec_float(const mv_segs sg, const float* __restrict__ x, int 
     for (int j = 0; j < COLS; ++j) acc[j] = 0.0;
     // 16-byte loads of weights and activations need rows aligned to 16 bytes.
     const bool wide = k % EPW == 0 && k % 4 == 0;
-    // Each lane keeps AHEAD 16-byte loads of weights in flight (the first ones issued before
-    // the wait): one ahead left the H200's memory pipe a quarter empty.
+    // Each lane keeps AHEAD 16-byte loads of weights in flight, the first ones issued before
+    // the wait.
     constexpr int STRIDE = WARP * EPW;  // elements between a lane's consecutive loads
     uint4 ahead[AHEAD];
 #pragma unroll

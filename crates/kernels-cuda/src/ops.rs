@@ -986,9 +986,12 @@ fn matvec_rows(
 /// Q4_K: 4096×4096 819 vs 651 GB/s, 18944×3584 1117 vs 830) but not on longer rows nor for
 /// Q6_K. Q4_K and Q5_K compute whole super-blocks per thread, which takes them on any row whose
 /// activations fit in shared memory (18944×3584 Q4_K: 2170 GB/s; 3584×18944: 2014, against
-/// 860 and 892 for the block-step kernel). A whole-super-block Q6_K (4-byte copies of 210-byte
-/// super-blocks, read back with funnel shifts) ran no faster than the block-step kernel (1093
-/// and 778 against 1181 and 1210 GB/s), so Q6_K stays there. `SYNAPTIX_NO_ROWS_KERNEL` set: never.
+/// 860 and 892 for the block-step kernel; 3356 and 2333 since rounds of whole rows). A
+/// whole-super-block Q6_K from 4-byte copies ran no faster than the block-step kernel (1093 and
+/// 778 against 1181 and 1210 GB/s); from 16-byte copies of the round's bytes and with one
+/// transpose per super-block it beats it everywhere measured (37888×3584 1241 → 2739 GB/s,
+/// 3584×18944 1243 → 2079, 1536×8960 883 → 1197), so Q6_K takes it too.
+/// `SYNAPTIX_NO_ROWS_KERNEL` set: never.
 fn use_rows_kernel(w: &DeviceMatrix) -> bool {
     static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     !*DISABLED.get_or_init(|| std::env::var_os("SYNAPTIX_NO_ROWS_KERNEL").is_some())
