@@ -567,13 +567,15 @@ extern "C" __global__ void kv_store_f32(u16* kc, u16* vc, const float* k, const 
 // rounded to f16 (as the CPU rounds q) into shared memory. Cache positions are visited in tiles
 // of T between the smallest first position and the largest position of the block's rows, K
 // staged as [T][HD] and V transposed as [HD][T] (rows padded by 8 halves so that a warp's
-// fragment loads hit 32 distinct banks). Three passes keep the CPU's softmax: (1) the row max of
-// the scores s = (q·k)·scale; (2) the sum of ggml_expf(s - max), in the CPU's aligned groups of
-// four added in f32, the groups then in f64; (3) the probabilities ggml_expf(s - max) · (1 / sum)
-// rounded to f16, as the CPU rounds them, and O = P·V. Only the score sums (f32 mma instead of
-// an exact f64 sum) and the P·V sums (f32) differ from attention_f32, so the values stay within
-// ~1e-7 of it, and an f16 probability rarely rounds the other way. (Rounding unnormalised
-// probabilities, the usual one-pass online softmax, moved Gemma 3's greedy tokens.)
+// fragment loads hit 32 distinct banks). Two passes keep the CPU's normalised probabilities:
+// (1) the row max of the scores s = (q·k)·scale and the sum of ggml_expf(s - max), each lane
+// keeping a running maximum and an f64 sum rescaled when it grows, the four lanes of a row then
+// combined; (2) the probabilities ggml_expf(s - max) · (1 / sum) rounded to f16, as the CPU
+// rounds them, and O = P·V. The score sums (f32 mma instead of an exact f64 sum), the exp sum's
+// grouping and rescaling, and the P·V sums (f32) differ from attention_f32, so the values stay
+// within ~1e-7 of it, and an f16 probability rarely rounds the other way. (Rounding
+// unnormalised probabilities, the usual one-pass online softmax, moved Gemma 3's greedy
+// tokens.)
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16 with .f16 A/B, .f32 C/D; g = lane / 4, c = lane % 4):
 //   A (16×16, row-major): a0 = (g, 2c..2c+1), a1 = (g+8, 2c..), a2 = (g, 2c+8..), a3 = (g+8, 2c+8..)
@@ -690,50 +692,46 @@ __device__ __forceinline__ void flash_attention(float* out, const float* q, cons
         }
     };
 
-    // Pass 1: the row maxima (exact, so any order).
+    // Pass 1: each lane's running maximum of its scores and the f64 sum of its exps relative
+    // to it (rescaled when the maximum grows); then the lanes of a row combined.
     float m[2] = {-INFINITY, -INFINITY};
-    for (int t0 = t_first; t0 <= hi; t0 += T) {
-        stage(t0, false);
-        float s[NT][4];
-        scores(t0, s);
-#pragma unroll
-        for (int n = 0; n < NT; ++n) {
-            m[0] = fmaxf(m[0], fmaxf(s[n][0], s[n][1]));
-            m[1] = fmaxf(m[1], fmaxf(s[n][2], s[n][3]));
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], 1));
-        m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], 2));
-    }
-
-    // Pass 2: the sums of exps, per aligned group of four in f32 (two lanes' pairs), in f64.
     double sum[2] = {0.0, 0.0};
     for (int t0 = t_first; t0 <= hi; t0 += T) {
         stage(t0, false);
         float s[NT][4];
         scores(t0, s);
 #pragma unroll
-        for (int n = 0; n < NT; ++n) {
+        for (int i = 0; i < 2; ++i) {
+            float tile_max = -INFINITY;
 #pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const float pair = __fadd_rn(ggml_expf(__fsub_rn(s[n][2 * i], m[i])),
-                                             ggml_expf(__fsub_rn(s[n][2 * i + 1], m[i])));
-                const float other = __shfl_xor_sync(0xffffffffu, pair, 1);
-                if ((c & 1) == 0) sum[i] += (double)__fadd_rn(pair, other);
+            for (int n = 0; n < NT; ++n) tile_max = fmaxf(tile_max, fmaxf(s[n][2 * i], s[n][2 * i + 1]));
+            if (tile_max == -INFINITY) continue;  // nothing of this tile is attended
+            if (tile_max > m[i]) {
+                if (m[i] != -INFINITY) sum[i] *= (double)ggml_expf(__fsub_rn(m[i], tile_max));
+                m[i] = tile_max;
             }
+            float part = 0.0f;
+#pragma unroll
+            for (int n = 0; n < NT; ++n)
+                part = __fadd_rn(part, __fadd_rn(ggml_expf(__fsub_rn(s[n][2 * i], m[i])),
+                                                  ggml_expf(__fsub_rn(s[n][2 * i + 1], m[i]))));
+            sum[i] += (double)part;
         }
     }
     float inv[2];
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-        sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 1);
-        sum[i] += __shfl_xor_sync(0xffffffffu, sum[i], 2);
-        inv[i] = (float)(1.0 / sum[i]);
+        float row_max = m[i];
+        row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
+        row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
+        double mine = m[i] == -INFINITY ? 0.0 : sum[i] * (double)ggml_expf(__fsub_rn(m[i], row_max));
+        mine += __shfl_xor_sync(0xffffffffu, mine, 1);
+        mine += __shfl_xor_sync(0xffffffffu, mine, 2);
+        m[i] = row_max;
+        inv[i] = (float)(1.0 / mine);
     }
 
-    // Pass 3: P = f16(exp · inv), O += P·V.
+    // Pass 2: P = f16(exp · inv), O += P·V.
     float o[ND][4];
 #pragma unroll
     for (int j = 0; j < ND; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;

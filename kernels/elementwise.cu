@@ -26,16 +26,34 @@ extern "C" __global__ void add_bias_f32(float* x, const float* bias, int rows, i
 }
 
 // SwiGLU: out = silu(gate) * up, over rows of `cols`. As the reference: ggml's polynomial exp
-// for groups of four within a row, libm-style expf for the row's tail.
+// for groups of four within a row, libm-style expf for the row's tail. Four consecutive
+// elements per thread (16-byte loads and stores when they are all there).
+__device__ __forceinline__ float swiglu_one(float g, float u, int c, int cols) {
+    const float e = c < cols / 4 * 4 ? ggml_expf(__fsub_rn(0.0f, g)) : expf(-g);
+    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, e)), u);
+}
 extern "C" __global__ void swiglu_f32(float* out, const float* gate, const float* up, int n, int cols) {
     PDL_WAIT();
     PDL_TRIGGER();
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        const float g = gate[i];
-        const int c = i % cols;
-        const float e = c < cols / 4 * 4 ? ggml_expf(__fsub_rn(0.0f, g)) : expf(-g);
-        out[i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, e)), up[i]);
+    const int i0 = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (i0 >= n) return;
+    int c = i0 % cols;
+    if (i0 + 4 <= n) {
+        const float4 g = *(const float4*)(gate + i0), u = *(const float4*)(up + i0);
+        float4 r;
+        r.x = swiglu_one(g.x, u.x, c, cols);
+        c = c + 1 == cols ? 0 : c + 1;
+        r.y = swiglu_one(g.y, u.y, c, cols);
+        c = c + 1 == cols ? 0 : c + 1;
+        r.z = swiglu_one(g.z, u.z, c, cols);
+        c = c + 1 == cols ? 0 : c + 1;
+        r.w = swiglu_one(g.w, u.w, c, cols);
+        *(float4*)(out + i0) = r;
+    } else {
+        for (int i = i0; i < n; ++i) {
+            out[i] = swiglu_one(gate[i], up[i], c, cols);
+            c = c + 1 == cols ? 0 : c + 1;
+        }
     }
 }
 

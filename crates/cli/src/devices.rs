@@ -118,13 +118,27 @@ fn kernel_paths(cc: (i32, i32)) -> String {
     if cc < synaptix_kernels_cuda::MIN_COMPUTE_CAPABILITY {
         return "none: the kernels need compute capability 8.0 or newer".into();
     }
-    "decode: CUDA graphs per KV cache (one for each side of the one-pass attention limit); \
-     matvec with 8-bit activations and exact-order block sums (dp4a), k-quants a whole \
-     super-block per thread, F16/BF16 with f64 sums; attention over a paged f16 KV cache, in \
-     one pass per head up to 256 positions, split-K beyond; penalties, top-k and argmax on the device. prefill: int8 and \
-     f16/bf16 tensor-core GEMM (mma.sync), k-quants with their scales folded in; exact \
-     attention in one pass per row and head. sm_90: programmatic dependent launch"
-        .into()
+    let hopper = cc == (9, 0);
+    format!(
+        "decode: CUDA graphs per KV cache (one for each side of the one-pass attention limit); \
+         matvec with 8-bit activations and exact-order block sums (dp4a), k-quants a whole \
+         super-block per thread, F16/BF16 with f64 sums; attention over a paged f16 KV cache, \
+         in one pass per head up to 256 positions, split-K beyond; penalties, top-k and argmax \
+         on the device. prefill: {}; below 64 rows int8 tensor-core GEMM (mma.sync) for \
+         quantized weights, k-quants with their scales folded in, and exact attention in one \
+         pass per row and head; from 64 rows quantized weights dequantized to f16 and flash \
+         attention on tensor cores{}",
+        if hopper {
+            "f16/bf16 GEMM on warpgroup tensor cores (wgmma, sm_90a)"
+        } else {
+            "f16/bf16 tensor-core GEMM (mma.sync)"
+        },
+        if cc.0 >= 9 {
+            ". sm_90+: programmatic dependent launch"
+        } else {
+            ""
+        }
+    )
 }
 
 /// The CUDA side of `devices`, probed without touching cudarc when the libraries are absent.
@@ -150,14 +164,17 @@ fn gpu_report(compile: bool) -> Result<serde_json::Value> {
                 });
                 if compile {
                     let start = std::time::Instant::now();
-                    let mut cached = 0;
-                    for file in sources::FILES {
+                    let (mut cached, mut files) = (0, 0);
+                    // Hopper-only files (wgmma) exist for compute capability 9.0 alone.
+                    let hopper = g.compute_capability == (9, 0);
+                    for file in sources::FILES.iter().filter(|f| hopper || !f.hopper_only) {
+                        files += 1;
                         if compile::compile(file, &g.arch(), true)?.from_cache {
                             cached += 1;
                         }
                     }
                     entry["kernels_ready_s"] = serde_json::json!(start.elapsed().as_secs_f64());
-                    entry["kernels_from"] = serde_json::json!(if cached == sources::FILES.len() {
+                    entry["kernels_from"] = serde_json::json!(if cached == files {
                         "disk cache"
                     } else {
                         "NVRTC"

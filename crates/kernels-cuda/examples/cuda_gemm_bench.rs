@@ -8,7 +8,9 @@
 //! ```
 //!
 //! Shapes (out × in): Qwen2.5 0.5B's 896×896 (attention), 4864×896 (gate/up), 896×4864 (down),
-//! and Qwen2.5 7B's 3584×3584 and 18944×3584 (gate/up).
+//! and Qwen2.5 7B's 3584×3584 (attention output), 4608×3584 (Q, K and V together),
+//! 18944×3584 (gate/up) and 3584×18944 (down). On Hopper a line per F16 / BF16 shape gives
+//! each wgmma tile's time.
 //!
 //! Columns (µs per call, averaged over `--iters` calls after a warm-up, by CUDA events around
 //! the loop; the weights stay in one copy, the GEMM being compute-bound):
@@ -29,17 +31,19 @@
 
 use cudarc::driver::sys::CUevent_flags;
 use synaptix_core::DType;
-use synaptix_kernels_cuda::gemm::{self, GemmTile};
+use synaptix_kernels_cuda::gemm::{self, GemmTile, WgTile};
 use synaptix_kernels_cuda::gemm_k;
 use synaptix_kernels_cuda::ops::{self, DeviceActs, DeviceMatrix};
 use synaptix_kernels_cuda::{cuda_status, CudaDevice, CudaStatus, DeviceBuffer, Result};
 
-const SHAPES: [(usize, usize); 5] = [
+const SHAPES: [(usize, usize); 7] = [
     (896, 896),
     (4864, 896),
     (896, 4864),
     (3584, 3584),
+    (4608, 3584),
     (18944, 3584),
+    (3584, 18944),
 ];
 
 const FORMATS: [DType; 12] = [
@@ -233,6 +237,17 @@ fn main() -> Result<()> {
             let auto = time(&dev, a.iters, || run(&mut y, GemmTile::Auto))?;
             let large = time(&dev, a.iters, || run(&mut y, GemmTile::Large))?;
             let small = time(&dev, a.iters, || run(&mut y, GemmTile::Small))?;
+            // Hopper: the float GEMM's wgmma kernels, tile by tile (`gemm` is the automatic
+            // choice among them; `large` / `small` are the mma.sync kernels).
+            let mut wg_line = None;
+            if acts.is_none() && gemm::wgmma_available(&dev) {
+                let mut line = String::from("             wgmma |");
+                for t in WgTile::ALL {
+                    let us = time(&dev, a.iters, || run(&mut y, GemmTile::Wgmma(t)))?;
+                    line.push_str(&format!(" {t:?} {us:.1} µs {:.1} TF |", tf(us)));
+                }
+                wg_line = Some(line);
+            }
             let with_q = match acts.as_mut() {
                 Some(acts) => time(&dev, a.iters, || {
                     ops::quantize_acts(&dev, acts, &dx)?;
@@ -261,6 +276,9 @@ fn main() -> Result<()> {
                 tf(mv),
                 mv / with_q
             );
+            if let Some(line) = &wg_line {
+                println!("{line}");
+            }
         }
     }
     Ok(())

@@ -2,7 +2,10 @@
 //! [`crate::ops`].
 //!
 //! Launch paths:
-//! - prefill (more than [`DECODE_ROWS`] query rows), head dimension 32, 64, 128 or 256:
+//! - prefill of [`FLASH_MIN_ROWS`] rows or more, head dimension 32, 64, 128 or 256:
+//!   `attention_flash_hd*` on tensor cores (below); `SYNAPTIX_ATTENTION=exact` keeps the exact
+//!   kernels for every prompt;
+//! - prefill of fewer rows (more than [`DECODE_ROWS`]), head dimension 32, 64, 128 or 256:
 //!   `attention_rows_f32`, one block per (row, head) computing the head in one pass with
 //!   16-byte cache reads (the decode path's short-range code), while the scores fit its shared
 //!   memory; other head dimensions: the single-block kernel below while the
@@ -11,10 +14,12 @@
 //!   tile; max, sum of exps and probabilities · V in three passes over the tiles) with the
 //!   CPU's exact arithmetic (f64 sums of exact products): bit for bit `attention_f32`
 //!   (`SYNAPTIX_ATTENTION=tiled` takes it for every prompt);
-//! - `attention_flash_hd*` (`SYNAPTIX_ATTENTION=mma`): the same three passes on tensor cores
-//!   (f16 products, f32 sums); within ~1e-10 of the exact kernels, not bit-equal, and on
-//!   Gemma 3 270M that was enough to change 5 of 10 greedy continuations, so it is not the
-//!   default;
+//! - `attention_flash_hd*` (`SYNAPTIX_ATTENTION=mma` for every prompt): two passes over the
+//!   cache tiles on tensor cores (row max and exp sum; normalised f16 probabilities · V), f16
+//!   products, f32 sums; within ~1e-10 of the exact kernels, not bit-equal. Taken for every
+//!   prompt, it changed 5 of Gemma 3 270M's 10 greedy continuations (prompts of 10-40
+//!   tokens), so short prompts keep the exact kernels; from 64 rows it is the default (the
+//!   exact per-row kernel took 30% of a 7B F16 pp512);
 //! - the single-block kernel `attention_f32`, one block per (head, row) holding every score
 //!   in shared memory sized by the largest position: the reference the others are tested
 //!   against;
@@ -73,11 +78,19 @@ fn flash_kernel(head_dim: usize) -> Option<(&'static str, usize)> {
     }
 }
 
+/// From this many query rows, prefill attention takes the tensor-core kernel by default (where
+/// it covers the head dimension); shorter prompts keep the exact kernels, whose cost is small
+/// there. Measured on the H200 (pp512, Qwen2.5 7B F16): the exact per-row kernel took 30% of the
+/// prefill (766 µs per layer).
+pub const FLASH_MIN_ROWS: usize = 64;
+
 /// The prefill kernel `SYNAPTIX_ATTENTION` asks for.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum PrefillKernel {
-    /// The single-block kernel while its score buffer fits in shared memory, then the tiled
-    /// one (the default; both exact).
+    /// `Mma` from [`FLASH_MIN_ROWS`] rows, `Exact` below (the default).
+    Auto,
+    /// The per-row or single-block kernel while its scores fit in shared memory, then the tiled
+    /// one (`exact`; all bit for bit the CPU's arithmetic).
     Exact,
     /// `attention_tiled_f32` always (`tiled`).
     Tiled,
@@ -90,7 +103,8 @@ fn prefill_kernel() -> PrefillKernel {
     *CHOICE.get_or_init(|| match std::env::var("SYNAPTIX_ATTENTION").as_deref() {
         Ok("mma") => PrefillKernel::Mma,
         Ok("tiled") => PrefillKernel::Tiled,
-        _ => PrefillKernel::Exact,
+        Ok("exact") => PrefillKernel::Exact,
+        _ => PrefillKernel::Auto,
     })
 }
 
@@ -505,7 +519,12 @@ pub fn attention(
         return attention_decode(dev, out, None, q, kv, positions, p);
     }
     let tiled = tiled_supported(kv.head_dim);
-    match prefill_kernel() {
+    let choice = match prefill_kernel() {
+        PrefillKernel::Auto if rows >= FLASH_MIN_ROWS => PrefillKernel::Mma,
+        PrefillKernel::Auto => PrefillKernel::Exact,
+        c => c,
+    };
+    match choice {
         PrefillKernel::Mma if flash_kernel(kv.head_dim).is_some() => {
             attention_flash(dev, out, q, kv, positions, p)
         }

@@ -61,6 +61,7 @@ pub fn compile(file: &KernelFile, arch: &str, use_cache: bool) -> Result<Compile
         return Err(CudaError::Unavailable("libnvrtc cannot be loaded".into()));
     }
     let nvrtc = nvrtc_version().ok_or_else(|| CudaError::Nvrtc("nvrtcVersion failed".into()))?;
+    let arch = &target_arch(file, arch)?;
     let source = full_source(file);
     let opts = options(arch);
     let path = cache_dir().join(format!(
@@ -93,6 +94,22 @@ pub fn compile(file: &KernelFile, arch: &str, use_cache: bool) -> Result<Compile
         from_cache: false,
         seconds: start.elapsed().as_secs_f64(),
     })
+}
+
+/// The architecture `file` is compiled for on a card of `arch`: `arch` itself, or `sm_90a` for
+/// a Hopper-only file on an `sm_90` card (an error elsewhere).
+pub fn target_arch(file: &KernelFile, arch: &str) -> Result<String> {
+    if !file.hopper_only {
+        return Ok(arch.to_string());
+    }
+    if arch == "sm_90" || arch == "sm_90a" {
+        Ok("sm_90a".to_string())
+    } else {
+        Err(CudaError::Nvrtc(format!(
+            "{} holds Hopper-only kernels (sm_90a); this card is {arch}",
+            file.name
+        )))
+    }
 }
 
 fn nvrtc_compile(name: &str, source: &str, opts: &[String], arch: &str) -> Result<Vec<u8>> {

@@ -17,7 +17,9 @@ use cudarc::driver::{CudaFunction, LaunchConfig};
 use synaptix_core::DType;
 
 use crate::launch::Launch;
-use crate::ops::{activation_format, check, i32_arg, sm_count, suffix, DeviceActs, DeviceMatrix};
+use crate::ops::{
+    activation_format, check, i32_arg, sm_count, suffix, DeviceActs, DeviceMatrix, MatvecPart,
+};
 use crate::{CudaDevice, DeviceBuffer, Result};
 
 /// The fewest activation rows for which [`gemm_supported`] recommends the GEMM (one 16-row mma
@@ -126,6 +128,127 @@ pub enum GemmTile {
     Large,
     /// 64 × 64 (more blocks for small problems).
     Small,
+    /// Hopper only: the float GEMM on warpgroup tensor cores (`kernels/gemm_wg.cu`) with this
+    /// tile. `Auto` takes these on sm_90 cards for F16 / BF16 products.
+    Wgmma(WgTile),
+}
+
+/// A thread-block tile of the wgmma float GEMM (`gemm_wg_{f16,bf16}_{name}`): weight rows ×
+/// activation rows per block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WgTile {
+    /// 128 × 256: two warpgroups, 3 stages (145 KiB of shared memory, one block per SM).
+    W2N256,
+    /// 128 × 128: two warpgroups, 4 stages (129 KiB, one block per SM).
+    W2N128,
+    /// 128 × 192: two warpgroups, 4 stages (161 KiB, one block per SM).
+    W2N192,
+    /// 192 × 128: three warpgroups, 4 stages (161 KiB, one block per SM).
+    W3N128,
+    /// 64 × 128: one warpgroup, 4 stages (97 KiB, two blocks per SM).
+    W1N128,
+    /// 64 × 64: one warpgroup, 4 stages (65 KiB, three blocks per SM).
+    W1N64,
+}
+
+/// What the host needs of a [`WgTile`]: its shape, threads, ring stages, blocks resident per SM
+/// (by shared memory), kernel-name suffix, and its relative rate (tensor-core work per unit of
+/// time when the GPU is full, the fastest tile 1.0) for the tile choice.
+struct WgSpec {
+    bm: usize,
+    bn: usize,
+    threads: u32,
+    nstage: usize,
+    per_sm: usize,
+    name: &'static str,
+    rate: f64,
+}
+
+impl WgTile {
+    /// Every tile, in the order the automatic choice prefers on equal estimates.
+    pub const ALL: [WgTile; 6] = [
+        WgTile::W3N128,
+        WgTile::W2N128,
+        WgTile::W2N192,
+        WgTile::W2N256,
+        WgTile::W1N128,
+        WgTile::W1N64,
+    ];
+
+    fn spec(self) -> WgSpec {
+        let (bm, bn, nstage, per_sm, name, rate) = match self {
+            // Rates from cuda_gemm_bench on the H200 (m = 512, F16, TFLOPS on shapes whose
+            // grid fills whole waves): w3n128 454, w2n128 437, w2n192 ~340, w1n128 ~330,
+            // w1n64 ~270, w2n256 ~270.
+            WgTile::W3N128 => (192, 128, 4, 1, "w3n128", 1.0),
+            WgTile::W2N128 => (128, 128, 4, 1, "w2n128", 0.96),
+            WgTile::W2N192 => (128, 192, 4, 1, "w2n192", 0.75),
+            WgTile::W2N256 => (128, 256, 3, 1, "w2n256", 0.6),
+            WgTile::W1N128 => (64, 128, 4, 2, "w1n128", 0.72),
+            WgTile::W1N64 => (64, 64, 4, 3, "w1n64", 0.6),
+        };
+        WgSpec {
+            bm,
+            bn,
+            threads: (bm / 64 * 128) as u32,
+            nstage,
+            per_sm,
+            name,
+            rate,
+        }
+    }
+
+    /// Dynamic shared memory: `nstage` slots of (bm + bn) rows of 128 bytes, plus 1 KiB to
+    /// align the slots to the 128-byte swizzle's 1 KiB period.
+    fn shared_bytes(self) -> usize {
+        let s = self.spec();
+        s.nstage * (s.bm + s.bn) * 128 + 1024
+    }
+
+    fn name(self) -> &'static str {
+        self.spec().name
+    }
+
+    /// The tile for matrices of `rows` weight rows (one launch) × `m` activation rows on `sms`
+    /// SMs: the least estimated time of the busiest SM, its blocks × a block's work / (rate ×
+    /// the share of the SM's tensor cores its resident warpgroups keep busy: two warpgroups
+    /// fill them).
+    fn pick(rows: &[usize], m: usize, sms: usize) -> WgTile {
+        let cost = |t: WgTile| {
+            let s = t.spec();
+            let tiles: usize = rows.iter().map(|r| r.div_ceil(s.bm)).sum();
+            let blocks = tiles * m.div_ceil(s.bn);
+            let load = blocks.div_ceil(sms.max(1));
+            let resident = load.min(s.per_sm);
+            let busy = ((resident * s.bm / 64) as f64 / 2.0).min(1.0);
+            load as f64 * (s.bm * s.bn) as f64 / (s.rate * busy)
+        };
+        let mut best = WgTile::ALL[0];
+        for t in WgTile::ALL {
+            if cost(t) < cost(best) {
+                best = t;
+            }
+        }
+        best
+    }
+}
+
+/// Whether the float GEMM runs on wgmma here: a compute capability 9.0 card, unless
+/// `SYNAPTIX_WGMMA=0`.
+pub fn wgmma_available(dev: &CudaDevice) -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let off = *OFF.get_or_init(|| std::env::var("SYNAPTIX_WGMMA").as_deref() == Ok("0"));
+    !off && dev.info.compute_capability == (9, 0)
+}
+
+/// `SYNAPTIX_WG_TILE=w2n128|w3n128|w2n192|w2n256|w1n128|w1n64` forces the wgmma tile (for
+/// comparisons).
+fn forced_wg_tile() -> Option<WgTile> {
+    static FORCED: std::sync::OnceLock<Option<WgTile>> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| {
+        let name = std::env::var("SYNAPTIX_WG_TILE").ok()?;
+        WgTile::ALL.into_iter().find(|t| t.name() == name)
+    })
 }
 
 /// The large tile when `choice` says so, or for `Auto` when its grid gives every SM at least
@@ -153,7 +276,7 @@ fn pick_tile(
     match choice {
         GemmTile::Large => large,
         GemmTile::Small => small,
-        GemmTile::Auto => {
+        GemmTile::Auto | GemmTile::Wgmma(_) => {
             let blocks = rows.div_ceil(large.bm) * m.div_ceil(large.bn);
             if blocks >= per_sm * sm_count(dev) {
                 large
@@ -364,22 +487,209 @@ pub fn gemm_float_with(
         i32_arg(OP, "m × cols", x.len())?,
     );
     let name = suffix(OP, w.dtype)?;
-    // x rounded to the weight type: [m, cols] halves.
-    // SAFETY: gemm_round_* writes all `m × cols` elements before the GEMM reads them.
+    let xh = round_to_half(dev, name, x, n32)?;
+    launch_half(dev, y, &w.data, name, (r32, k32, m32), &xh, tile)
+}
+
+/// `x` (`n` f32 values) rounded to `name`'s half type ("f16" or "bf16") as the CPU rounds them.
+fn round_to_half(
+    dev: &CudaDevice,
+    name: &str,
+    x: &DeviceBuffer<f32>,
+    n: i32,
+) -> Result<DeviceBuffer<u16>> {
+    // SAFETY: gemm_round_* writes all `n` elements before anything reads them.
     let mut xh = unsafe { dev.uninit::<u16>(x.len()) }?;
     let round = dev.function("gemm", &format!("gemm_round_{name}"))?;
     let mut l = Launch::new(dev, &round);
-    l.arg(&mut xh).arg(x).arg(n32);
-    // SAFETY: one thread per element of `x` and `xh` (both `m × cols` long); threads past the
-    // end return.
+    l.arg(&mut xh).arg(x).arg(n);
+    // SAFETY: one thread per 4 elements of `x` and `xh` (both `n` long, n a multiple of 16);
+    // threads past the end return.
     unsafe {
         l.launch(LaunchConfig {
-            grid_dim: (x.len().div_ceil(256) as u32, 1, 1),
+            grid_dim: ((x.len() / 4).div_ceil(256) as u32, 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         })
     }?;
-    launch_half(dev, y, &w.data, name, (r32, k32, m32), &xh, tile)
+    Ok(xh)
+}
+
+/// Checks the parts of a multi-matrix GEMM: 1 to 3 matrices of one dtype and row length `k`,
+/// each `y` holding `m × rows`; returns m.
+fn check_parts(parts: &[MatvecPart], k: usize, m_len: usize) -> Result<usize> {
+    const OP: &str = "gemm";
+    check(OP, (1..=3).contains(&parts.len()), || {
+        format!("{} matrices in one launch (1 to 3)", parts.len())
+    })?;
+    let dtype = parts[0].w.dtype;
+    for p in parts {
+        check(
+            OP,
+            p.w.dtype == dtype
+                && p.w.cols == k
+                && weight_bytes(p.w).is_some_and(|b| b <= p.w.data.len())
+                && m_len.checked_mul(p.w.rows) == Some(p.y.len())
+                && p.bias.is_none_or(|b| b.len() == p.w.rows),
+            || {
+                format!(
+                    "{} [{}, {}] weights in {} bytes, y {}, {m_len} activation rows of {k}",
+                    p.w.dtype,
+                    p.w.rows,
+                    p.w.cols,
+                    p.w.data.len(),
+                    p.y.len()
+                )
+            },
+        )?;
+    }
+    Ok(m_len)
+}
+
+/// `y_p: [m, rows_p] = x · W_pᵀ (+ bias_p)` for 1 to 3 F16 / BF16 matrices of one row length
+/// (Q, K and V; gate and up): x rounded once, then on Hopper one wgmma launch for all of them
+/// with the biases added in its epilogue; elsewhere a GEMM and a bias pass per matrix. Each
+/// output is what [`gemm_float`] then a bias addition give.
+pub fn gemm_float_many(
+    dev: &CudaDevice,
+    parts: &mut [MatvecPart],
+    x: &DeviceBuffer<f32>,
+) -> Result<()> {
+    const OP: &str = "gemm";
+    let Some(first) = parts.first() else {
+        return Ok(());
+    };
+    let (dtype, k) = (first.w.dtype, first.w.cols);
+    check(
+        OP,
+        is_half(dtype) && k > 0 && k.is_multiple_of(16) && x.len().is_multiple_of(k),
+        || format!("{dtype} weights of {k} columns, x of {} values", x.len()),
+    )?;
+    let m = check_parts(parts, k, x.len() / k)?;
+    if m == 0 {
+        return Ok(());
+    }
+    let (k32, m32, n32) = (
+        i32_arg(OP, "cols", k)?,
+        i32_arg(OP, "m", m)?,
+        i32_arg(OP, "m × cols", x.len())?,
+    );
+    let name = suffix(OP, dtype)?;
+    let xh = round_to_half(dev, name, x, n32)?;
+    let mut halves: Vec<HalfPart<u8>> = parts
+        .iter_mut()
+        .map(|p| HalfPart {
+            rows: p.w.rows,
+            w: &p.w.data,
+            y: &mut *p.y,
+            bias: p.bias,
+            residual: None,
+        })
+        .collect();
+    launch_half_many(dev, &mut halves, name, (k32, m32), &xh)
+}
+
+/// [`gemm_float`] followed by `+ bias` and then `+ residual` (same shape as y), as separate
+/// passes would add them; on Hopper in the GEMM's epilogue.
+pub fn gemm_float_epilogue(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    x: &DeviceBuffer<f32>,
+    bias: Option<&DeviceBuffer<f32>>,
+    residual: Option<&DeviceBuffer<f32>>,
+) -> Result<()> {
+    check("gemm", residual.is_none_or(|r| r.len() == y.len()), || {
+        format!(
+            "residual of {} values for y of {}",
+            residual.map_or(0, |r| r.len()),
+            y.len()
+        )
+    })?;
+    let mut parts = [MatvecPart { w, y, bias }];
+    let part = &mut parts[0];
+    let (dtype, k) = (part.w.dtype, part.w.cols);
+    check(
+        "gemm",
+        is_half(dtype) && k > 0 && k.is_multiple_of(16) && x.len().is_multiple_of(k),
+        || format!("{dtype} weights of {k} columns, x of {} values", x.len()),
+    )?;
+    let m = check_parts(&parts, k, x.len() / k)?;
+    if m == 0 {
+        return Ok(());
+    }
+    let (k32, m32, n32) = (
+        i32_arg("gemm", "cols", k)?,
+        i32_arg("gemm", "m", m)?,
+        i32_arg("gemm", "m × cols", x.len())?,
+    );
+    let name = suffix("gemm", dtype)?;
+    let xh = round_to_half(dev, name, x, n32)?;
+    let [p] = &mut parts;
+    let mut half = [HalfPart {
+        rows: p.w.rows,
+        w: &p.w.data,
+        y: &mut *p.y,
+        bias: p.bias,
+        residual,
+    }];
+    launch_half_many(dev, &mut half, name, (k32, m32), &xh)
+}
+
+/// One matrix of a multi-part half GEMM: `y: [m, rows] = xh · whᵀ (+ bias)`.
+struct HalfPart<'a, W> {
+    y: &'a mut DeviceBuffer<f32>,
+    w: &'a DeviceBuffer<W>,
+    rows: usize,
+    bias: Option<&'a DeviceBuffer<f32>>,
+    /// Added last (`y = residual + (product + bias)`), same shape as y.
+    residual: Option<&'a DeviceBuffer<f32>>,
+}
+
+/// The parts on Hopper's wgmma kernels in one launch, else each on [`launch_half`] followed by
+/// its bias.
+fn launch_half_many<W>(
+    dev: &CudaDevice,
+    parts: &mut [HalfPart<W>],
+    name: &str,
+    (k32, m32): (i32, i32),
+    xh: &DeviceBuffer<u16>,
+) -> Result<()> {
+    if wgmma_available(dev) {
+        let rows: Vec<usize> = parts.iter().map(|p| p.rows).collect();
+        let tile =
+            forced_wg_tile().unwrap_or_else(|| WgTile::pick(&rows, m32 as usize, sm_count(dev)));
+        return launch_wgmma(dev, parts, name, (k32, m32), xh, tile);
+    }
+    for p in parts.iter_mut() {
+        let r32 = i32_arg("gemm", "rows", p.rows)?;
+        match p.residual {
+            None => {
+                launch_half(dev, p.y, p.w, name, (r32, k32, m32), xh, GemmTile::Auto)?;
+                if let Some(b) = p.bias {
+                    crate::ops::add_bias(dev, p.y, b)?;
+                }
+            }
+            Some(residual) => {
+                // SAFETY: the GEMM writes every element of the scratch product.
+                let mut prod = unsafe { dev.uninit::<f32>(p.y.len()) }?;
+                launch_half(
+                    dev,
+                    &mut prod,
+                    p.w,
+                    name,
+                    (r32, k32, m32),
+                    xh,
+                    GemmTile::Auto,
+                )?;
+                if let Some(b) = p.bias {
+                    crate::ops::add_bias(dev, &mut prod, b)?;
+                }
+                crate::ops::add(dev, p.y, residual, &prod)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `y: [m, rows] = xh · whᵀ` with `gemm_{name}_*` (`name` "f16" or "bf16"): `wh` holds at
@@ -395,6 +705,23 @@ fn launch_half<W>(
     tile: GemmTile,
 ) -> Result<()> {
     let (rows, m) = (r32 as usize, m32 as usize);
+    let wg = match tile {
+        GemmTile::Wgmma(t) => Some(t),
+        GemmTile::Auto if wgmma_available(dev) => {
+            Some(forced_wg_tile().unwrap_or_else(|| WgTile::pick(&[rows], m, sm_count(dev))))
+        }
+        _ => None,
+    };
+    if let Some(t) = wg {
+        let mut part = [HalfPart {
+            y,
+            w: wh,
+            rows,
+            bias: None,
+            residual: None,
+        }];
+        return launch_wgmma(dev, &mut part, name, (k32, m32), xh, t);
+    }
     let tile = pick_tile(dev, tile, (F_LARGE, F_SMALL), rows, m, 1);
     let grid_dim = grid(tile, rows, m)?;
     let f = dev.function("gemm", &format!("gemm_{name}_{}", tile.name))?;
@@ -411,6 +738,76 @@ fn launch_half<W>(
         l.launch(LaunchConfig {
             grid_dim,
             block_dim: (tile.threads, 1, 1),
+            shared_mem_bytes: smem as u32,
+        })
+    }?;
+    Ok(())
+}
+
+/// [`launch_half`] on the wgmma kernels (`gemm_wg_{name}_{tile}`, sm_90a) for 1 to 3 parts of
+/// one row length `k` (their biases added in the epilogue): same contract per part.
+fn launch_wgmma<W>(
+    dev: &CudaDevice,
+    parts: &mut [HalfPart<W>],
+    name: &str,
+    (k32, m32): (i32, i32),
+    xh: &DeviceBuffer<u16>,
+    tile: WgTile,
+) -> Result<()> {
+    check("gemm", dev.info.compute_capability == (9, 0), || {
+        format!(
+            "the wgmma GEMM needs a compute capability 9.0 GPU, this one is {}",
+            dev.info.arch()
+        )
+    })?;
+    check("gemm", (1..=3).contains(&parts.len()), || {
+        format!("{} matrices in one launch (1 to 3)", parts.len())
+    })?;
+    let m = m32 as usize;
+    let s = tile.spec();
+    let gx: usize = parts.iter().map(|p| p.rows.div_ceil(s.bm)).sum();
+    let gy = m.div_ceil(s.bn);
+    check("gemm", gy <= 65535 && gx <= i32::MAX as usize, || {
+        format!("{m} activation rows × {gx} row tiles exceed the grid")
+    })?;
+    if gx == 0 || m == 0 {
+        return Ok(());
+    }
+    let rows32 = parts
+        .iter()
+        .map(|p| i32_arg("gemm", "rows", p.rows))
+        .collect::<Result<Vec<i32>>>()?;
+    let f = dev.function("gemm_wg", &format!("gemm_wg_{name}_{}", s.name))?;
+    let smem = tile.shared_bytes();
+    reserve_shared(dev, &f, smem)?;
+    let mut l = Launch::new(dev, &f);
+    let mut iter = parts.iter_mut().zip(rows32);
+    for _ in 0..3 {
+        match iter.next() {
+            Some((p, r)) => {
+                l.arg(&mut *p.y).arg(p.w).arg(p.bias).arg(p.residual).arg(r);
+            }
+            None => {
+                l.arg(None::<&DeviceBuffer<f32>>)
+                    .arg(None::<&DeviceBuffer<W>>)
+                    .arg(None::<&DeviceBuffer<f32>>)
+                    .arg(None::<&DeviceBuffer<f32>>)
+                    .arg(0i32);
+            }
+        }
+    }
+    l.arg(xh).arg(k32).arg(m32);
+    // SAFETY: each part's W holds `rows × cols` halves, `xh` `m × cols`, `cols` a multiple of
+    // 16 (checked by the callers; every 16-byte copy lies inside a row; rows past a part's
+    // `rows` or `m` and chunks past `cols` are zero-filled, not read); the kernel writes
+    // y[i][r] for i < m, r < rows only and reads bias[r] for r < rows (a bias holds `rows`
+    // values) and residual[i][r] at the same indices as y (a residual has y's shape, and does
+    // not alias it: distinct borrows); absent parts have 0 rows and no blocks. The dynamic shared memory is the tile's
+    // layout (`WgTile::shared_bytes`).
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (gx as u32, gy as u32, 1),
+            block_dim: (s.threads, 1, 1),
             shared_mem_bytes: smem as u32,
         })
     }?;
@@ -455,61 +852,83 @@ pub fn gemm_dequantized(
     w: &DeviceMatrix,
     acts: &DeviceActs,
 ) -> Result<()> {
+    let mut part = [MatvecPart { w, y, bias: None }];
+    gemm_dequantized_many(dev, &mut part, acts)
+}
+
+/// [`gemm_dequantized`] for 1 to 3 matrices of one format and row length against the same
+/// activations (Q, K and V; gate and up), biases added: the activations expanded to halves
+/// once, each matrix dequantized, then one wgmma launch for all of them on Hopper (elsewhere a
+/// GEMM and a bias pass per matrix).
+pub fn gemm_dequantized_many(
+    dev: &CudaDevice,
+    parts: &mut [MatvecPart],
+    acts: &DeviceActs,
+) -> Result<()> {
+    dequantized_parts(dev, parts, acts, None)
+}
+
+/// [`gemm_dequantized`] followed by `+ bias` and then `+ residual` (same shape as y), as
+/// separate passes would add them; on Hopper in the GEMM's epilogue.
+pub fn gemm_dequantized_epilogue(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    acts: &DeviceActs,
+    bias: Option<&DeviceBuffer<f32>>,
+    residual: Option<&DeviceBuffer<f32>>,
+) -> Result<()> {
+    check("gemm", residual.is_none_or(|r| r.len() == y.len()), || {
+        format!(
+            "residual of {} values for y of {}",
+            residual.map_or(0, |r| r.len()),
+            y.len()
+        )
+    })?;
+    let mut part = [MatvecPart { w, y, bias }];
+    dequantized_parts(dev, &mut part, acts, residual)
+}
+
+/// The parts of [`gemm_dequantized_many`]; `residual` (one part only) is added to part 0.
+fn dequantized_parts(
+    dev: &CudaDevice,
+    parts: &mut [MatvecPart],
+    acts: &DeviceActs,
+    residual: Option<&DeviceBuffer<f32>>,
+) -> Result<()> {
     const OP: &str = "gemm";
-    let (rows, k, m) = (w.rows, w.cols, acts.rows);
+    check(OP, residual.is_none() || parts.len() == 1, || {
+        "a residual with several matrices".to_string()
+    })?;
+    let Some(first) = parts.first() else {
+        return Ok(());
+    };
+    let (dtype, k, m) = (first.w.dtype, first.w.cols, acts.rows);
     check(
         OP,
-        activation_format(w.dtype) == Some(acts.dtype)
+        activation_format(dtype) == Some(acts.dtype)
             && acts.cols == k
+            && k > 0
             && k.is_multiple_of(16)
-            && k.is_multiple_of(w.dtype.block_len())
-            && weight_bytes(w).is_some_and(|b| b <= w.data.len())
-            && m.checked_mul(rows) == Some(y.len()),
+            && k.is_multiple_of(dtype.block_len()),
         || {
             format!(
-                "{} [{rows}, {k}] weights in {} bytes, activations {} × {}, y {}",
-                w.dtype,
-                w.data.len(),
-                acts.rows,
-                acts.cols,
-                y.len()
+                "{dtype} weights of {k} columns, activations {} × {} ({})",
+                acts.rows, acts.cols, acts.dtype
             )
         },
     )?;
-    if m == 0 || rows == 0 {
+    check_parts(parts, k, m)?;
+    if m == 0 {
         return Ok(());
     }
-    let (r32, k32, m32) = (
-        i32_arg(OP, "rows", rows)?,
-        i32_arg(OP, "cols", k)?,
-        i32_arg(OP, "m", m)?,
-    );
+    let (k32, m32) = (i32_arg(OP, "cols", k)?, i32_arg(OP, "m", m)?);
     let n_acts = i32_arg(OP, "m × cols", m * k)?;
-    let n_weights = rows
-        .checked_mul(k)
-        .ok_or_else(|| crate::CudaError::Invalid {
-            op: OP,
-            detail: format!("[{rows}, {k}] weights overflow"),
-        })?;
-
-    // SAFETY: gemm_dequant_f16_* writes all rows × cols halves (grid-stride loop).
-    let mut wh = unsafe { dev.uninit::<u16>(n_weights) }?;
-    let f = dev.function(
-        "gemm",
-        &format!("gemm_dequant_f16_{}", suffix(OP, w.dtype)?),
-    )?;
-    let mut l = Launch::new(dev, &f);
-    l.arg(&mut wh).arg(&w.data).arg(r32).arg(k32);
-    let blocks = n_weights.div_ceil(256).min(sm_count(dev) * 16);
-    // SAFETY: the weights hold rows × cols / block_len blocks (checked); the loop covers
-    // exactly rows × cols outputs.
-    unsafe {
-        l.launch(LaunchConfig {
-            grid_dim: (blocks as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
-        })
-    }?;
+    let fmt = suffix(OP, dtype)?;
+    let mut scratch = Vec::with_capacity(parts.len());
+    for p in parts.iter() {
+        scratch.push(dequantize_to_half(dev, p.w, fmt)?);
+    }
 
     // SAFETY: gemm_acts_f16 writes all m × cols halves.
     let mut xh = unsafe { dev.uninit::<u16>(m * k) }?;
@@ -533,7 +952,47 @@ pub fn gemm_dequantized(
             shared_mem_bytes: 0,
         })
     }?;
-    launch_half(dev, y, &wh, "f16", (r32, k32, m32), &xh, GemmTile::Auto)
+    let mut halves: Vec<HalfPart<u16>> = parts
+        .iter_mut()
+        .zip(&scratch)
+        .map(|(p, wh)| HalfPart {
+            rows: p.w.rows,
+            w: wh,
+            y: &mut *p.y,
+            bias: p.bias,
+            residual,
+        })
+        .collect();
+    launch_half_many(dev, &mut halves, "f16", (k32, m32), &xh)
+}
+
+/// The weights of `w` (format suffix `fmt`) dequantized into a scratch matrix of halves.
+fn dequantize_to_half(dev: &CudaDevice, w: &DeviceMatrix, fmt: &str) -> Result<DeviceBuffer<u16>> {
+    const OP: &str = "gemm";
+    let (r32, k32) = (i32_arg(OP, "rows", w.rows)?, i32_arg(OP, "cols", w.cols)?);
+    let n_weights = w
+        .rows
+        .checked_mul(w.cols)
+        .ok_or_else(|| crate::CudaError::Invalid {
+            op: OP,
+            detail: format!("[{}, {}] weights overflow", w.rows, w.cols),
+        })?;
+    // SAFETY: gemm_dequant_f16_* writes all rows × cols halves (grid-stride loop).
+    let mut wh = unsafe { dev.uninit::<u16>(n_weights) }?;
+    let f = dev.function("gemm", &format!("gemm_dequant_f16_{fmt}"))?;
+    let mut l = Launch::new(dev, &f);
+    l.arg(&mut wh).arg(&w.data).arg(r32).arg(k32);
+    let blocks = n_weights.div_ceil(256).min(sm_count(dev) * 16);
+    // SAFETY: the weights hold rows × cols / block_len blocks (checked by the callers); the
+    // loop covers exactly rows × cols outputs.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(wh)
 }
 
 #[cfg(test)]
@@ -562,6 +1021,31 @@ mod tests {
         for dtype in [DType::F32, DType::Q4K, DType::Q6K] {
             assert!(!gemm_supported(dtype, 512, 4096));
         }
+    }
+
+    #[test]
+    fn wgmma_tiles_fit_hopper_and_pick_the_measured_best() {
+        for t in WgTile::ALL {
+            let s = t.spec();
+            // Per block at most 227 KiB; `per_sm` blocks within an SM's 228 KiB (1 KiB each
+            // reserved by the driver).
+            assert!(t.shared_bytes() <= 227 * 1024, "{t:?}");
+            assert!(s.per_sm * (t.shared_bytes() + 1024) <= 228 * 1024, "{t:?}");
+        }
+        // The fastest tile cuda_gemm_bench measured on the H200 (132 SMs, m = 512): rows of
+        // Qwen2.5 0.5B (896, 4864) and 7B (3584, 4608, 18944).
+        for (rows, want) in [
+            (896, WgTile::W1N64),
+            (4864, WgTile::W3N128),
+            (3584, WgTile::W2N128),
+            (4608, WgTile::W3N128),
+            (18944, WgTile::W3N128),
+        ] {
+            assert_eq!(WgTile::pick(&[rows], 512, 132), want, "{rows} rows");
+        }
+        // Q, K and V of 7B in one launch; gate and up.
+        assert_eq!(WgTile::pick(&[3584, 512, 512], 512, 132), WgTile::W3N128);
+        assert_eq!(WgTile::pick(&[18944, 18944], 512, 132), WgTile::W3N128);
     }
 
     #[test]

@@ -205,10 +205,13 @@ pub fn glu(
             l.arg(table);
         }
     }
-    // SAFETY: `n` elements each.
+    // swiglu_f32 takes four elements per thread.
+    let per_thread = if kind == Glu::Silu { 4 } else { 1 };
+    // SAFETY: `n` elements each (16-byte accesses only where four lie inside; cudarc's
+    // allocations are 256-byte aligned).
     unsafe {
         l.launch(LaunchConfig {
-            grid_dim: (grid_for(n), 1, 1),
+            grid_dim: (grid_for(n.div_ceil(per_thread)), 1, 1),
             block_dim: (THREADS, 1, 1),
             shared_mem_bytes: 0,
         })
@@ -1012,6 +1015,13 @@ fn float1_off() -> bool {
     *DISABLED.get_or_init(|| std::env::var_os("SYNAPTIX_NO_FLOAT1").is_some())
 }
 
+/// `SYNAPTIX_GEMM_EPILOGUE=0`: the prefill GEMMs' bias and residual take passes of their own
+/// (same values; for comparisons).
+fn epilogue_fusion_off() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| std::env::var("SYNAPTIX_GEMM_EPILOGUE").as_deref() == Ok("0"))
+}
+
 /// `SYNAPTIX_NO_GEMM` set: no tensor-core GEMM at all.
 fn gemm_off() -> bool {
     static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -1129,9 +1139,12 @@ pub fn matvec_quantized_with(
         return Ok(());
     }
     if crate::gemm::dequant_gemm_supported(w.dtype, m, w.cols) && !gemm_off() {
-        return with_epilogue(dev, y, epi, |y| {
-            crate::gemm::gemm_dequantized(dev, y, w, acts)
-        });
+        if epilogue_fusion_off() {
+            return with_epilogue(dev, y, epi, |y| {
+                crate::gemm::gemm_dequantized(dev, y, w, acts)
+            });
+        }
+        return crate::gemm::gemm_dequantized_epilogue(dev, y, w, acts, epi.bias, epi.residual);
     }
     if use_gemm(w.dtype, m, w.cols) {
         return with_epilogue(dev, y, epi, |y| {
@@ -1330,6 +1343,24 @@ pub fn matvec_many(
             _ => {}
         }
     }
+    // Many activation rows against matrices of one format: one GEMM launch for all of them
+    // (x rounded or expanded to halves once, biases in the epilogue).
+    let uniform = parts.len() <= 3 && parts.iter().all(|p| p.w.dtype == dtype && p.w.cols == cols);
+    if m > 1 && uniform && !gemm_off() {
+        match (activation_format(dtype), acts) {
+            (None, _) if use_gemm(dtype, m, cols) => {
+                return crate::gemm::gemm_float_many(dev, parts, x);
+            }
+            (Some(format), Some(acts))
+                if format == acts.dtype
+                    && acts.rows == m
+                    && crate::gemm::dequant_gemm_supported(dtype, m, cols) =>
+            {
+                return crate::gemm::gemm_dequantized_many(dev, parts, acts);
+            }
+            _ => {}
+        }
+    }
     for p in parts.iter_mut() {
         let epi = Epilogue {
             bias: p.bias,
@@ -1408,7 +1439,10 @@ fn matvec_float(
         return Ok(());
     }
     if use_gemm(w.dtype, m, w.cols) {
-        return with_epilogue(dev, y, epi, |y| crate::gemm::gemm_float(dev, y, w, x));
+        if epilogue_fusion_off() {
+            return with_epilogue(dev, y, epi, |y| crate::gemm::gemm_float(dev, y, w, x));
+        }
+        return crate::gemm::gemm_float_epilogue(dev, y, w, x, epi.bias, epi.residual);
     }
     matvec_float_kernel(dev, y, w, x, epi, &mut [])
 }
@@ -1507,7 +1541,7 @@ pub use crate::attention::{
     attention, attention_flash, attention_quantized, attention_quantizes_inside, attention_rows,
     attention_single_block, attention_tiled, kv_store, rope_qk_store,
     short_max as attention_one_pass_max, AttentionParams, DeviceKv, ATTN_SPAN, DECODE_ROWS,
-    KV_PAGE,
+    FLASH_MIN_ROWS, KV_PAGE,
 };
 
 /// Index of the largest value (lowest on ties), computed on the GPU.

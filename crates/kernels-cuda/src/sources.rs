@@ -10,6 +10,9 @@ pub struct KernelFile {
     /// File stem, also the module name (`norm` for `kernels/norm.cu`).
     pub name: &'static str,
     pub source: &'static str,
+    /// Compiled for `sm_90a` only (Hopper's architecture-specific instructions: wgmma), and
+    /// loaded only on compute capability 9.0 cards.
+    pub hopper_only: bool,
 }
 
 const COMMON: &str = include_str!("../../../kernels/common.cuh");
@@ -20,42 +23,57 @@ pub const FILES: &[KernelFile] = &[
     KernelFile {
         name: "elementwise",
         source: include_str!("../../../kernels/elementwise.cu"),
+        hopper_only: false,
     },
     KernelFile {
         name: "norm",
         source: include_str!("../../../kernels/norm.cu"),
+        hopper_only: false,
     },
     KernelFile {
         name: "rope",
         source: include_str!("../../../kernels/rope.cu"),
+        hopper_only: false,
     },
     KernelFile {
         name: "embed",
         source: include_str!("../../../kernels/embed.cu"),
+        hopper_only: false,
     },
     KernelFile {
         name: "matvec",
         source: include_str!("../../../kernels/matvec.cu"),
+        hopper_only: false,
     },
     KernelFile {
         name: "gemm",
         source: include_str!("../../../kernels/gemm.cu"),
+        hopper_only: false,
     },
     KernelFile {
         name: "gemm_k",
         source: include_str!("../../../kernels/gemm_k.cu"),
+        hopper_only: false,
+    },
+    KernelFile {
+        name: "gemm_wg",
+        source: include_str!("../../../kernels/gemm_wg.cu"),
+        hopper_only: true,
     },
     KernelFile {
         name: "quantize",
         source: include_str!("../../../kernels/quantize.cu"),
+        hopper_only: false,
     },
     KernelFile {
         name: "attention",
         source: include_str!("../../../kernels/attention.cu"),
+        hopper_only: false,
     },
     KernelFile {
         name: "sample",
         source: include_str!("../../../kernels/sample.cu"),
+        hopper_only: false,
     },
 ];
 

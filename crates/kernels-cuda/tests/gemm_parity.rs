@@ -5,7 +5,7 @@
 //! choice), whose results must not differ. Skips with a visible message where no GPU is present.
 
 use synaptix_core::DType;
-use synaptix_kernels_cuda::gemm::{self, GemmTile};
+use synaptix_kernels_cuda::gemm::{self, GemmTile, WgTile};
 use synaptix_kernels_cuda::ops::{self, DeviceActs, DeviceMatrix};
 
 mod common;
@@ -154,7 +154,21 @@ fn gemm_float_matches_cpu() {
     let Some((dev, mut rng)) = device() else {
         return;
     };
-    let shapes: Vec<(usize, usize)> = SHAPES.iter().copied().chain([(100, 80)]).collect();
+    // (100, 80): rows of a multiple of 16 but not of 32 (a half stage of the mma.sync kernels)
+    // nor of 64 (a partial stage of the wgmma ones); (200, 3584): 7B's row length.
+    let shapes: Vec<(usize, usize)> = SHAPES
+        .iter()
+        .copied()
+        .chain([(100, 80), (200, 3584)])
+        .collect();
+    // Two families of kernels, each giving the same bits whatever its tile: mma.sync (Large,
+    // Small, and Auto off Hopper) and, on Hopper, wgmma (Auto and every WgTile).
+    let hopper = gemm::wgmma_available(&dev);
+    let mut tiles: Vec<GemmTile> = TILES.to_vec();
+    if hopper {
+        tiles.extend(WgTile::ALL.map(GemmTile::Wgmma));
+    }
+    let family = |t: GemmTile| matches!(t, GemmTile::Wgmma(_) | GemmTile::Auto) && hopper;
     for dtype in [DType::F16, DType::BF16] {
         for &(rows, cols) in &shapes {
             let bytes = random_weights(&mut rng, dtype, rows, cols);
@@ -165,8 +179,8 @@ fn gemm_float_matches_cpu() {
                 let x = activations(&mut rng, m, cols);
                 let want = cpu_matmul(dtype, &bytes, rows, cols, &x, m);
                 let dx = dev.upload(&x).unwrap();
-                let mut first: Option<Vec<f32>> = None;
-                for tile in TILES {
+                let mut first: [Option<Vec<f32>>; 2] = [None, None];
+                for &tile in &tiles {
                     let mut y = poisoned(&dev, m * rows);
                     gemm::gemm_float_with(&dev, &mut y, &dm, &dx, tile).unwrap();
                     let got = dev.download(&y).unwrap();
@@ -177,11 +191,12 @@ fn gemm_float_matches_cpu() {
                     );
                     worst = worst.max(e);
                     // The tile does not change the mma steps of an output.
-                    match &first {
-                        None => first = Some(got),
+                    match &first[usize::from(family(tile))] {
+                        None => first[usize::from(family(tile))] = Some(got),
                         Some(f) => assert!(
                             f.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()),
-                            "gemm {dtype} [{rows} x {cols}] m={m}: {tile:?} differs from Auto"
+                            "gemm {dtype} [{rows} x {cols}] m={m}: {tile:?} differs from the \
+                             first tile of its kernel family"
                         ),
                     }
                 }
@@ -242,4 +257,135 @@ fn gemm_shape_errors_are_reported_not_launched() {
     assert!(gemm::gemm_float(&dev, &mut y_short, &h, &x).is_err());
     // Nothing was written by the rejected calls.
     assert!(dev.download(&y).unwrap().iter().all(|v| v.is_nan()));
+}
+
+/// Several matrices in one launch (`gemm_float_many`, `gemm_dequantized_many`: Q, K and V; gate
+/// and up), biases in the epilogue: each output bit for bit the single-matrix GEMM followed by
+/// a bias pass, for parts of row counts that end inside a tile.
+#[test]
+fn gemm_many_matches_one_matrix_at_a_time() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let (cols, m) = (896, 100);
+    let rows = [300usize, 64, 130];
+    for dtype in [DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0] {
+        let mats: Vec<DeviceMatrix> = rows
+            .iter()
+            .map(|&r| {
+                let bytes = random_weights(&mut rng, dtype, r, cols);
+                DeviceMatrix::upload(&dev, dtype, r, cols, &bytes).unwrap()
+            })
+            .collect();
+        let biases: Vec<Option<synaptix_kernels_cuda::DeviceBuffer<f32>>> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| (i != 1).then(|| dev.upload(&rng.vec(r, 1.0)).unwrap()))
+            .collect();
+        let x = activations(&mut rng, m, cols);
+        let dx = dev.upload(&x).unwrap();
+        let quantized = ops::activation_format(dtype).is_some();
+        let acts = quantized.then(|| {
+            let mut acts = DeviceActs::new(&dev, dtype, m, cols).unwrap();
+            ops::quantize_acts(&dev, &mut acts, &dx).unwrap();
+            acts
+        });
+        for n_parts in 1..=3 {
+            let mut ys: Vec<_> = rows[..n_parts]
+                .iter()
+                .map(|&r| poisoned(&dev, m * r))
+                .collect();
+            let mut parts: Vec<ops::MatvecPart> = ys
+                .iter_mut()
+                .zip(&mats)
+                .zip(&biases)
+                .map(|((y, w), b)| ops::MatvecPart {
+                    w,
+                    y,
+                    bias: b.as_ref(),
+                })
+                .collect();
+            match &acts {
+                Some(acts) => gemm::gemm_dequantized_many(&dev, &mut parts, acts).unwrap(),
+                None => gemm::gemm_float_many(&dev, &mut parts, &dx).unwrap(),
+            }
+            drop(parts);
+            for (i, y) in ys.iter().enumerate() {
+                let mut want = poisoned(&dev, m * rows[i]);
+                match &acts {
+                    Some(acts) => gemm::gemm_dequantized(&dev, &mut want, &mats[i], acts).unwrap(),
+                    None => gemm::gemm_float(&dev, &mut want, &mats[i], &dx).unwrap(),
+                }
+                if let Some(b) = &biases[i] {
+                    ops::add_bias(&dev, &mut want, b).unwrap();
+                }
+                let (got, want) = (dev.download(y).unwrap(), dev.download(&want).unwrap());
+                let same = got
+                    .iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same,
+                    "{dtype} part {i} of {n_parts}: differs from the one-matrix GEMM + bias"
+                );
+            }
+        }
+        eprintln!("gemm many {dtype}: 1-3 parts bit-equal with one matrix at a time");
+    }
+}
+
+/// The GEMM with its epilogue (`gemm_float_epilogue`, `gemm_dequantized_epilogue`: + bias,
+/// then + residual) bit for bit the GEMM followed by the separate bias and residual passes.
+#[test]
+fn gemm_epilogue_matches_separate_passes() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let (rows, cols, m) = (300, 896, 100);
+    for dtype in [DType::F16, DType::BF16, DType::Q8_0] {
+        let bytes = random_weights(&mut rng, dtype, rows, cols);
+        let w = DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap();
+        let bias = dev.upload(&rng.vec(rows, 1.0)).unwrap();
+        let residual = dev.upload(&rng.vec(m * rows, 4.0)).unwrap();
+        let dx = dev.upload(&activations(&mut rng, m, cols)).unwrap();
+        let acts = ops::activation_format(dtype).map(|_| {
+            let mut acts = DeviceActs::new(&dev, dtype, m, cols).unwrap();
+            ops::quantize_acts(&dev, &mut acts, &dx).unwrap();
+            acts
+        });
+        for (b, r) in [(true, false), (false, true), (true, true)] {
+            let (bias, residual) = (b.then_some(&bias), r.then_some(&residual));
+            let mut got = poisoned(&dev, m * rows);
+            match &acts {
+                Some(a) => gemm::gemm_dequantized_epilogue(&dev, &mut got, &w, a, bias, residual),
+                None => gemm::gemm_float_epilogue(&dev, &mut got, &w, &dx, bias, residual),
+            }
+            .unwrap();
+            let mut prod = poisoned(&dev, m * rows);
+            match &acts {
+                Some(a) => gemm::gemm_dequantized(&dev, &mut prod, &w, a),
+                None => gemm::gemm_float(&dev, &mut prod, &w, &dx),
+            }
+            .unwrap();
+            if let Some(b) = bias {
+                ops::add_bias(&dev, &mut prod, b).unwrap();
+            }
+            let want = match residual {
+                Some(r) => {
+                    let mut sum = poisoned(&dev, m * rows);
+                    ops::add(&dev, &mut sum, r, &prod).unwrap();
+                    sum
+                }
+                None => prod,
+            };
+            let (got, want) = (dev.download(&got).unwrap(), dev.download(&want).unwrap());
+            assert!(
+                got.iter()
+                    .zip(&want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{dtype} bias {b} residual {r}: the fused epilogue differs from separate passes"
+            );
+        }
+        eprintln!("gemm epilogue {dtype}: bias and residual bit-equal with separate passes");
+    }
 }

@@ -20,7 +20,9 @@ fn every_kernel_compiles_for_every_target() {
     let version = probe::nvrtc_version().expect("nvrtc version");
     let mut failures = Vec::new();
     for file in sources::FILES {
-        for arch in ARCHS {
+        // Hopper-only files (wgmma) are compiled for sm_90a, on sm_90 cards only.
+        let archs: &[&str] = if file.hopper_only { &["sm_90"] } else { ARCHS };
+        for arch in archs {
             match compile::compile(file, arch, false) {
                 Ok(c) => {
                     assert!(c.cubin.len() > 100, "{}: tiny CUBIN for {arch}", file.name);
@@ -53,10 +55,29 @@ fn a_broken_kernel_reports_nvrtc_log() {
     let broken = sources::KernelFile {
         name: "broken",
         source: "#include \"common.cuh\"\nextern \"C\" __global__ void k(float* x) { x[0] = undefined_name; }",
+        hopper_only: false,
     };
     let err = compile::compile(&broken, "sm_90", false)
         .err()
         .expect("must fail")
         .to_string();
     assert!(err.contains("undefined_name"), "{err}");
+}
+
+/// Hopper-only files (wgmma) compile for sm_90a on an sm_90 card and are refused elsewhere,
+/// with an error naming the file, instead of failing inside NVRTC.
+#[test]
+fn hopper_only_files_target_sm_90a_only() {
+    let file = sources::find("gemm_wg").expect("gemm_wg is embedded");
+    assert!(file.hopper_only);
+    assert_eq!(compile::target_arch(file, "sm_90").unwrap(), "sm_90a");
+    for arch in ["sm_80", "sm_89", "sm_120"] {
+        let err = compile::target_arch(file, arch).unwrap_err().to_string();
+        assert!(
+            err.contains("gemm_wg") && err.contains(arch),
+            "{arch}: {err}"
+        );
+    }
+    let plain = sources::find("gemm").expect("gemm is embedded");
+    assert_eq!(compile::target_arch(plain, "sm_80").unwrap(), "sm_80");
 }

@@ -85,16 +85,28 @@ fn synthetic_models_cuda_matches_cpu() {
     if let Some(extra) = std::env::var_os("SYNAPTIX_CUDA_PARITY_MODELS") {
         paths.extend(std::env::split_paths(&extra).map(|p| (p, MAX_NMSE)));
     }
-    let prompt: Vec<u32> = (0..23).map(|i| (i * 37 % 250 + 3) as u32).collect();
+    // A short prompt (the exact prefill kernels) and a long one (from 64 rows: the f16 GEMM
+    // route and the tensor-core attention).
+    let prompts: Vec<Vec<u32>> = [23u32, 150]
+        .iter()
+        .map(|&n| (0..n).map(|i| i * 37 % 250 + 3).collect())
+        .collect();
     let mut failures = Vec::new();
     for (path, limit) in &paths {
-        let worst = compare_logits(path, &prompt);
-        eprintln!(
-            "{}: worst logits nmse over prompt + {DECODE_STEPS} steps: {worst:.2e}",
-            path.display()
-        );
-        if worst > *limit {
-            failures.push(format!("{}: {worst:e} > {limit:e}", path.display()));
+        for prompt in &prompts {
+            let worst = compare_logits(path, prompt);
+            eprintln!(
+                "{}: worst logits nmse over a {}-token prompt + {DECODE_STEPS} steps: {worst:.2e}",
+                path.display(),
+                prompt.len()
+            );
+            if worst > *limit {
+                failures.push(format!(
+                    "{} ({} tokens): {worst:e} > {limit:e}",
+                    path.display(),
+                    prompt.len()
+                ));
+            }
         }
     }
     assert!(failures.is_empty(), "CUDA vs CPU logits: {failures:?}");
