@@ -286,3 +286,36 @@ struct fmt_q6_k {
     MACRO(q4_k, fmt_q4_k)      \
     MACRO(q5_k, fmt_q5_k)      \
     MACRO(q6_k, fmt_q6_k)
+
+// ---------------------------------------------------------------------------------------------
+// Asynchronous copies and fragment loads (sm_80+, inline PTX: NVRTC has no CUDA headers), for
+// the GEMM files.
+
+__device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+
+// 16 bytes global -> shared, bypassing L1; bytes from `n` on are zero-filled (n = 0: nothing is
+// read).
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int n) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+// 8 and 4 bytes (through L1: .cg only exists for 16).
+__device__ __forceinline__ void cp_async8(u32 dst, const void* src, int n) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async4(u32 dst, const void* src, int n) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's latest copy groups are in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// Four 8 × 8 b16 matrices from shared memory (lanes 8i .. 8i+7 give the row addresses of
+// matrix i; register i of lane l is bytes 4(l % 4) .. +3 of row l / 4 of matrix i).
+__device__ __forceinline__ void ldmatrix4(u32 (&r)[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}

@@ -48,32 +48,7 @@
 #include "common.cuh"
 
 // ---------------------------------------------------------------------------------------------
-// PTX wrappers.
-
-__device__ __forceinline__ u32 gm_smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-
-// 16 bytes global -> shared, bypassing L1 (sm_80+); bytes from `n` on are zero-filled (n = 0:
-// nothing is read).
-__device__ __forceinline__ void gm_cp16(u32 dst, const void* src, int n) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-// 8 bytes (through L1: .cg only exists for 16).
-__device__ __forceinline__ void gm_cp8(u32 dst, const void* src, int n) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void gm_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// Waits until at most N of this thread's latest copy groups are in flight.
-template <int N>
-__device__ __forceinline__ void gm_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-// Four 8 × 8 b16 matrices (see the layout above).
-__device__ __forceinline__ void gm_ldmatrix4(u32 (&r)[4], u32 addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
+// PTX wrappers (the copies and ldmatrix are in common.cuh).
 
 // D (16 × 8 s32) = A (16 × 32 s8) · B (32 × 8 s8) + c, c added to every element.
 __device__ __forceinline__ void gm_mma_s8(int (&d)[4], const u32 (&a)[4], u32 b0, u32 b1, int c) {
@@ -313,7 +288,7 @@ __device__ void gemm_q8(float* __restrict__ y, const u8* __restrict__ w, const u
             const i64 wa = (off & ~(i64)15) + 16 * wi;
             if (wa >= off + nbs * F::BYTES) continue;
             const int n = (int)min((i64)16, w_bytes - wa);
-            gm_cp16(gm_smem_addr(slot + r * L::RAW + 16 * wi), w + wa, n);
+            cp_async16(smem_addr(slot + r * L::RAW + 16 * wi), w + wa, n);
         }
         // Activation quants: 2 words per block; rows past m are zero-filled.
         u8* const aq = slot + L::RAW_BYTES;
@@ -321,7 +296,7 @@ __device__ void gemm_q8(float* __restrict__ y, const u8* __restrict__ w, const u
             const int j = i / (2 * GM_KSTEPS), wi = i % (2 * GM_KSTEPS);
             const bool ok = m0 + j < m && wi < 2 * nbs;
             const u8* src = ok ? acts + (i64)(m0 + j) * k + (i64)b0 * 32 + 16 * wi : acts;
-            gm_cp16(gm_smem_addr(aq + j * GM_ROW + 16 * wi), src, ok ? 16 : 0);
+            cp_async16(smem_addr(aq + j * GM_ROW + 16 * wi), src, ok ? 16 : 0);
         }
         // Activation block metadata (8 bytes per block).
         u8* const am = aq + L::ACT_BYTES;
@@ -329,7 +304,7 @@ __device__ void gemm_q8(float* __restrict__ y, const u8* __restrict__ w, const u
             const int j = i / GM_KSTEPS, bb = i % GM_KSTEPS;
             const bool ok = m0 + j < m && bb < nbs;
             const u8* src = ok ? meta + ((i64)(m0 + j) * nbk + b0 + bb) * 8 : meta;
-            gm_cp8(gm_smem_addr(am + i * 8), src, ok ? 8 : 0);
+            cp_async8(smem_addr(am + i * 8), src, ok ? 8 : 0);
         }
     };
 
@@ -344,7 +319,7 @@ __device__ void gemm_q8(float* __restrict__ y, const u8* __restrict__ w, const u
     const int wr0 = (warp / NWN) * 32, wc0 = (warp % NWN) * 32;
     const bool active = m0 + wc0 < m;
     // ldmatrix row addresses (see the layout notes at the top), for k step 0 of the tile.
-    const u32 a_addr = gm_smem_addr(a_tile + (wr0 + lane % 16) * GM_ROW + 16 * (lane / 16));
+    const u32 a_addr = smem_addr(a_tile + (wr0 + lane % 16) * GM_ROW + 16 * (lane / 16));
     const int b_row = wc0 + lane % 8 + 8 * (lane / 16), b_col = 16 * ((lane / 8) % 2);
 
     float acc[2][4][4];  // [16-row tile i][8-column tile j][c0..c3]
@@ -358,16 +333,16 @@ __device__ void gemm_q8(float* __restrict__ y, const u8* __restrict__ w, const u
 #pragma unroll
     for (int s = 0; s < NSTAGE - 1; ++s) {
         issue(s);
-        gm_commit();  // one group per stage, empty ones too: the wait below counts groups
+        cp_async_commit();  // one group per stage, empty ones too: the wait below counts groups
     }
 
     for (int s = 0; s < n_steps; ++s) {
-        gm_wait<NSTAGE - 2>();  // this thread's copies of stage s have landed
+        cp_async_wait<NSTAGE - 2>();  // this thread's copies of stage s have landed
         // Every thread's copies of stage s are visible, and every warp is done with stage s - 1
         // (a_tile, the scales and ring slot (s - 1) % NSTAGE are free).
         __syncthreads();
         issue(s + NSTAGE - 1);
-        gm_commit();
+        cp_async_commit();
 
         const u8* const slot = sh + (s % NSTAGE) * L::SLOT;
         const int nbs = min(GM_KSTEPS, nbk - s * GM_KSTEPS);
@@ -395,17 +370,17 @@ __device__ void gemm_q8(float* __restrict__ y, const u8* __restrict__ w, const u
         __syncthreads();
 
         if (active) {
-            const u32 b_addr = gm_smem_addr(slot + L::RAW_BYTES + b_row * GM_ROW + b_col);
+            const u32 b_addr = smem_addr(slot + L::RAW_BYTES + b_row * GM_ROW + b_col);
 #pragma unroll
             for (int bb = 0; bb < GM_KSTEPS; ++bb) {
                 if (bb >= nbs) break;
                 u32 a[2][4], b[4][2];
-                gm_ldmatrix4(a[0], a_addr + bb * 32);
-                gm_ldmatrix4(a[1], a_addr + 16 * GM_ROW + bb * 32);
+                ldmatrix4(a[0], a_addr + bb * 32);
+                ldmatrix4(a[1], a_addr + 16 * GM_ROW + bb * 32);
 #pragma unroll
                 for (int jj = 0; jj < 2; ++jj) {
                     u32 r[4];
-                    gm_ldmatrix4(r, b_addr + jj * 16 * GM_ROW + bb * 32);
+                    ldmatrix4(r, b_addr + jj * 16 * GM_ROW + bb * 32);
                     b[2 * jj][0] = r[0], b[2 * jj][1] = r[1];
                     b[2 * jj + 1][0] = r[2], b[2 * jj + 1][1] = r[3];
                 }
@@ -450,7 +425,7 @@ __device__ void gemm_q8(float* __restrict__ y, const u8* __restrict__ w, const u
             }
         }
     }
-    gm_wait<0>();  // no copy may outlive the block (the trailing groups are empty)
+    cp_async_wait<0>();  // no copy may outlive the block (the trailing groups are empty)
 
     if (!active) return;
 #pragma unroll
@@ -563,7 +538,7 @@ __device__ void gemm_half(float* __restrict__ y, const u16* __restrict__ w, cons
             const bool ok = (is_w ? row < n_out : row < m) && e < k;
             const u16* base = is_w ? w : x;
             const u16* src = ok ? base + (i64)row * k + e : base;
-            gm_cp16(gm_smem_addr(slot + r * GM_ROW + 16 * wi), src, ok ? 16 : 0);
+            cp_async16(smem_addr(slot + r * GM_ROW + 16 * wi), src, ok ? 16 : 0);
         }
     };
 
@@ -584,26 +559,26 @@ __device__ void gemm_half(float* __restrict__ y, const u16* __restrict__ w, cons
 #pragma unroll
     for (int s = 0; s < NSTAGE - 1; ++s) {
         issue(s);
-        gm_commit();
+        cp_async_commit();
     }
     for (int s = 0; s < n_steps; ++s) {
-        gm_wait<NSTAGE - 2>();
+        cp_async_wait<NSTAGE - 2>();
         __syncthreads();  // stage s visible to all; slot (s - 1) % NSTAGE free
         issue(s + NSTAGE - 1);
-        gm_commit();
+        cp_async_commit();
         if (active) {
-            const u32 slot = gm_smem_addr(sh + (s % NSTAGE) * SLOT);
+            const u32 slot = smem_addr(sh + (s % NSTAGE) * SLOT);
             const int nks = min(GM_KSTEPS, (k - s * KS) / 16);  // k16 steps in this stage
 #pragma unroll
             for (int kk = 0; kk < GM_KSTEPS; ++kk) {
                 if (kk >= nks) break;
                 u32 a[MI][4], b[NJ][2];
 #pragma unroll
-                for (int i = 0; i < MI; ++i) gm_ldmatrix4(a[i], slot + a_off + 16 * i * GM_ROW + 32 * kk);
+                for (int i = 0; i < MI; ++i) ldmatrix4(a[i], slot + a_off + 16 * i * GM_ROW + 32 * kk);
 #pragma unroll
                 for (int jj = 0; jj < NJ / 2; ++jj) {
                     u32 r[4];
-                    gm_ldmatrix4(r, slot + b_off + 16 * jj * GM_ROW + 32 * kk);
+                    ldmatrix4(r, slot + b_off + 16 * jj * GM_ROW + 32 * kk);
                     b[2 * jj][0] = r[0], b[2 * jj][1] = r[1];
                     b[2 * jj + 1][0] = r[2], b[2 * jj + 1][1] = r[3];
                 }
@@ -614,7 +589,7 @@ __device__ void gemm_half(float* __restrict__ y, const u16* __restrict__ w, cons
             }
         }
     }
-    gm_wait<0>();
+    cp_async_wait<0>();
 
     if (!active) return;
 #pragma unroll

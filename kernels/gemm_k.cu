@@ -45,27 +45,7 @@
 #include "common.cuh"
 
 // ---------------------------------------------------------------------------------------------
-// PTX wrappers (as gemm.cu).
-
-__device__ __forceinline__ u32 gk_smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void gk_cp16(u32 dst, const void* src, int n) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void gk_cp4(u32 dst, const void* src, int n) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(n) : "memory");
-}
-__device__ __forceinline__ void gk_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void gk_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void gk_ldmatrix4(u32 (&r)[4], u32 addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
+// PTX wrappers (the copies and ldmatrix are in common.cuh).
 
 // D (16 × 8 s32) = A (16 × 32 s8) · B (32 × 8 s8) + C, C given per element.
 __device__ __forceinline__ void gk_mma(int (&d)[4], const u32 (&a)[4], u32 b0, u32 b1, const int (&c)[4]) {
@@ -378,18 +358,18 @@ __device__ void gemm_k(float* __restrict__ y, const u8* __restrict__ w, const u8
             const i64 wa = (off & ~(i64)15) + 16 * wi;
             if (wa >= off + F::BYTES) continue;
             const int n = (int)min((i64)16, w_bytes - wa);
-            gk_cp16(gk_smem_addr(slot + r * L::RAW + 16 * wi), w + wa, n);
+            cp_async16(smem_addr(slot + r * L::RAW + 16 * wi), w + wa, n);
         }
         for (int i = tid; i < BN * 16; i += NT) {
             const int j = i / 16, wi = i % 16;
             const bool ok = m0 + j < m;
             const u8* src = ok ? acts + (i64)(m0 + j) * k + (i64)s * QK_K + 16 * wi : acts;
-            gk_cp16(gk_smem_addr(slot + L::ACT_OFF + j * 256 + 16 * wi), src, ok ? 16 : 0);
+            cp_async16(smem_addr(slot + L::ACT_OFF + j * 256 + 16 * wi), src, ok ? 16 : 0);
         }
         for (int j = tid; j < BN; j += NT) {
             const bool ok = m0 + j < m;
             const u8* src = ok ? meta + ((i64)(m0 + j) * nsb + s) * 4 : meta;
-            gk_cp4(gk_smem_addr(slot + L::AD_OFF + 4 * j), src, ok ? 4 : 0);
+            cp_async4(smem_addr(slot + L::AD_OFF + 4 * j), src, ok ? 4 : 0);
         }
     };
 
@@ -401,8 +381,8 @@ __device__ void gemm_k(float* __restrict__ y, const u8* __restrict__ w, const u8
     // This warp: weight rows wr0 .. wr0 + 16, activation rows wc0 .. wc0 + 16 of the tile.
     const int wr0 = (warp / NWN) * 16, wc0 = (warp % NWN) * 16;
     const bool active = m0 + wc0 < m;
-    const u32 a_addr = gk_smem_addr(a_tile + (wr0 + lane % 16) * L::AROW + 16 * (lane / 16));
-    const u32 b_addr = gk_smem_addr(b_tile + (wc0 + lane % 8 + 8 * (lane / 16)) * GK_BROW + 16 * ((lane / 8) % 2));
+    const u32 a_addr = smem_addr(a_tile + (wr0 + lane % 16) * L::AROW + 16 * (lane / 16));
+    const u32 b_addr = smem_addr(b_tile + (wc0 + lane % 8 + 8 * (lane / 16)) * GK_BROW + 16 * ((lane / 8) % 2));
 
     // Chains of this thread's outputs [n8 tile j][c0..c3] (weight row wr0 + g + 8(e / 2),
     // activation row wc0 + 8j + 2t + e % 2): lanes (Q3_K .. Q6_K), and `sum` (Q2_K: the only
@@ -424,15 +404,15 @@ __device__ void gemm_k(float* __restrict__ y, const u8* __restrict__ w, const u8
 #pragma unroll
     for (int s = 0; s < NSTAGE - 1; ++s) {
         issue(s);
-        gk_commit();
+        cp_async_commit();
     }
 
     for (int s = 0; s < nsb; ++s) {
-        gk_wait<NSTAGE - 2>();
+        cp_async_wait<NSTAGE - 2>();
         // Stage s visible to all; every warp is done with stage s - 1 (tiles and its slot free).
         __syncthreads();
         issue(s + NSTAGE - 1);
-        gk_commit();
+        cp_async_commit();
 
         const u8* const slot = sh + (s % NSTAGE) * L::SLOT;
         // Weights: one (row, lane) per thread (BM · 8 = NT).
@@ -494,7 +474,7 @@ __device__ void gemm_k(float* __restrict__ y, const u8* __restrict__ w, const u8
                 da[j][0] = v.x, da[j][1] = v.y;
             }
             u32 amin[4];
-            if (F::MIN) gk_ldmatrix4(amin, a_addr + 32 * (F::CHUNKS - 1));
+            if (F::MIN) ldmatrix4(amin, a_addr + 32 * (F::CHUNKS - 1));
             const int magic4[4] = {GK_MAGIC_I, GK_MAGIC_I, GK_MAGIC_I, GK_MAGIC_I};
             const int zero4[4] = {0, 0, 0, 0};
             int isum[2][4], msum[2][4];  // Q2_K's isum, the mins' summ (+ 1.5·2^23)
@@ -511,11 +491,11 @@ __device__ void gemm_k(float* __restrict__ y, const u8* __restrict__ w, const u8
 #pragma unroll
             for (int l = 0; l < 8; ++l) {
                 u32 b[4];  // n8 tile 0: b[0], b[1]; tile 1: b[2], b[3]
-                gk_ldmatrix4(b, b_addr + 32 * l);
+                ldmatrix4(b, b_addr + 32 * l);
                 if (F::SPLIT) {
                     u32 ah[4], al[4];
-                    gk_ldmatrix4(ah, a_addr + 64 * l);
-                    gk_ldmatrix4(al, a_addr + 64 * l + 32);
+                    ldmatrix4(ah, a_addr + 64 * l);
+                    ldmatrix4(al, a_addr + 64 * l + 32);
 #pragma unroll
                     for (int j = 0; j < 2; ++j) {
                         float aux[4];
@@ -541,7 +521,7 @@ __device__ void gemm_k(float* __restrict__ y, const u8* __restrict__ w, const u8
                     }
                 } else {
                     u32 av[4];
-                    gk_ldmatrix4(av, a_addr + 32 * l);
+                    ldmatrix4(av, a_addr + 32 * l);
 #pragma unroll
                     for (int j = 0; j < 2; ++j) gk_mma(isum[j], av, b[2 * j], b[2 * j + 1], isum[j]);
                 }
@@ -572,7 +552,7 @@ __device__ void gemm_k(float* __restrict__ y, const u8* __restrict__ w, const u8
             }
         }
     }
-    gk_wait<0>();
+    cp_async_wait<0>();
 
     if (!active) return;
 #pragma unroll

@@ -516,9 +516,17 @@ fn round_to_half(
 }
 
 /// Checks the parts of a multi-matrix GEMM: 1 to 3 matrices of one dtype and row length `k`,
-/// each `y` holding `m × rows`; returns m.
-fn check_parts(parts: &[MatvecPart], k: usize, m_len: usize) -> Result<usize> {
+/// each `y` holding `m × rows`, and a residual only with one matrix; returns m.
+fn check_parts(
+    parts: &[MatvecPart],
+    k: usize,
+    m_len: usize,
+    residual: Option<&DeviceBuffer<f32>>,
+) -> Result<usize> {
     const OP: &str = "gemm";
+    check(OP, residual.is_none() || parts.len() == 1, || {
+        "a residual with several matrices".to_string()
+    })?;
     check(OP, (1..=3).contains(&parts.len()), || {
         format!("{} matrices in one launch (1 to 3)", parts.len())
     })?;
@@ -555,6 +563,16 @@ pub fn gemm_float_many(
     parts: &mut [MatvecPart],
     x: &DeviceBuffer<f32>,
 ) -> Result<()> {
+    float_parts(dev, parts, x, None)
+}
+
+/// The parts of [`gemm_float_many`]; `residual` (one part only) is added to part 0.
+fn float_parts(
+    dev: &CudaDevice,
+    parts: &mut [MatvecPart],
+    x: &DeviceBuffer<f32>,
+    residual: Option<&DeviceBuffer<f32>>,
+) -> Result<()> {
     const OP: &str = "gemm";
     let Some(first) = parts.first() else {
         return Ok(());
@@ -565,7 +583,7 @@ pub fn gemm_float_many(
         is_half(dtype) && k > 0 && k.is_multiple_of(16) && x.len().is_multiple_of(k),
         || format!("{dtype} weights of {k} columns, x of {} values", x.len()),
     )?;
-    let m = check_parts(parts, k, x.len() / k)?;
+    let m = check_parts(parts, k, x.len() / k, residual)?;
     if m == 0 {
         return Ok(());
     }
@@ -583,7 +601,7 @@ pub fn gemm_float_many(
             w: &p.w.data,
             y: &mut *p.y,
             bias: p.bias,
-            residual: None,
+            residual,
         })
         .collect();
     launch_half_many(dev, &mut halves, name, (k32, m32), &xh)
@@ -599,41 +617,19 @@ pub fn gemm_float_epilogue(
     bias: Option<&DeviceBuffer<f32>>,
     residual: Option<&DeviceBuffer<f32>>,
 ) -> Result<()> {
-    check("gemm", residual.is_none_or(|r| r.len() == y.len()), || {
+    check_residual(residual, y.len())?;
+    let mut part = [MatvecPart { w, y, bias }];
+    float_parts(dev, &mut part, x, residual)
+}
+
+/// A residual, when given, has y's length.
+fn check_residual(residual: Option<&DeviceBuffer<f32>>, y_len: usize) -> Result<()> {
+    check("gemm", residual.is_none_or(|r| r.len() == y_len), || {
         format!(
-            "residual of {} values for y of {}",
-            residual.map_or(0, |r| r.len()),
-            y.len()
+            "residual of {} values for y of {y_len}",
+            residual.map_or(0, |r| r.len())
         )
-    })?;
-    let mut parts = [MatvecPart { w, y, bias }];
-    let part = &mut parts[0];
-    let (dtype, k) = (part.w.dtype, part.w.cols);
-    check(
-        "gemm",
-        is_half(dtype) && k > 0 && k.is_multiple_of(16) && x.len().is_multiple_of(k),
-        || format!("{dtype} weights of {k} columns, x of {} values", x.len()),
-    )?;
-    let m = check_parts(&parts, k, x.len() / k)?;
-    if m == 0 {
-        return Ok(());
-    }
-    let (k32, m32, n32) = (
-        i32_arg("gemm", "cols", k)?,
-        i32_arg("gemm", "m", m)?,
-        i32_arg("gemm", "m × cols", x.len())?,
-    );
-    let name = suffix("gemm", dtype)?;
-    let xh = round_to_half(dev, name, x, n32)?;
-    let [p] = &mut parts;
-    let mut half = [HalfPart {
-        rows: p.w.rows,
-        w: &p.w.data,
-        y: &mut *p.y,
-        bias: p.bias,
-        residual,
-    }];
-    launch_half_many(dev, &mut half, name, (k32, m32), &xh)
+    })
 }
 
 /// One matrix of a multi-part half GEMM: `y: [m, rows] = xh · whᵀ (+ bias)`.
@@ -878,13 +874,7 @@ pub fn gemm_dequantized_epilogue(
     bias: Option<&DeviceBuffer<f32>>,
     residual: Option<&DeviceBuffer<f32>>,
 ) -> Result<()> {
-    check("gemm", residual.is_none_or(|r| r.len() == y.len()), || {
-        format!(
-            "residual of {} values for y of {}",
-            residual.map_or(0, |r| r.len()),
-            y.len()
-        )
-    })?;
+    check_residual(residual, y.len())?;
     let mut part = [MatvecPart { w, y, bias }];
     dequantized_parts(dev, &mut part, acts, residual)
 }
@@ -897,9 +887,6 @@ fn dequantized_parts(
     residual: Option<&DeviceBuffer<f32>>,
 ) -> Result<()> {
     const OP: &str = "gemm";
-    check(OP, residual.is_none() || parts.len() == 1, || {
-        "a residual with several matrices".to_string()
-    })?;
     let Some(first) = parts.first() else {
         return Ok(());
     };
@@ -918,7 +905,7 @@ fn dequantized_parts(
             )
         },
     )?;
-    check_parts(parts, k, m)?;
+    check_parts(parts, k, m, residual)?;
     if m == 0 {
         return Ok(());
     }
