@@ -497,7 +497,7 @@ extern "C" __global__ void attention_pv_f32(float* out, double* partial, u32* ti
     quantize_head(out, acts, acts_meta, acts_bsums, acts_format, acts_tickets, head, hd);
 }
 
-// rope_qk_f32 (kernels/rope.cu, the same operations) and kv_store_f32 in one launch: rotates q
+// rope_qk_f32 (kernels/rope.cu, the same rope_rotate) and kv_store_f32 in one launch: rotates q
 // and k in place and writes the rotated k and v into the paged caches at pos[row]. Block row:
 // blockIdx.y. Threads cover (head, pair) of the query heads, then of the key heads (each also
 // storing its two rotated key values), then every (kv head, d) for v and the unrotated key
@@ -525,22 +525,13 @@ extern "C" __global__ void rope_qk_store_f32(float* q, float* k, const float* v,
     const bool is_q = t < n_q * half;
     if (!is_q) t -= n_q * half;
     const int h = t / half, i = t % half;
-    const float c = cs[((i64)row * half + i) * 2], s = cs[((i64)row * half + i) * 2 + 1];
     float* hp = is_q ? q + ((i64)row * n_q + h) * hd : k + ((i64)row * n_k + h) * hd;
-    const int a = neox ? i : 2 * i;
-    const int b = neox ? i + half : 2 * i + 1;
-    const float x0 = hp[a], x1 = hp[b];
-    float r0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    float r1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
-    if (is_q && use_scale) {
-        r0 = __fmul_rn(r0, scale_q);
-        r1 = __fmul_rn(r1, scale_q);
-    }
-    hp[a] = r0;
-    hp[b] = r1;
+    const rope_pair r = rope_rotate(hp, cs + (i64)row * half * 2, i, half, neox, is_q && use_scale, scale_q);
+    hp[r.a] = r.r0;
+    hp[r.b] = r.r1;
     if (!is_q) {
-        kc[kv_index(table, p, h, a, n_k, hd)] = f32_to_f16(r0);
-        kc[kv_index(table, p, h, b, n_k, hd)] = f32_to_f16(r1);
+        kc[kv_index(table, p, h, r.a, n_k, hd)] = f32_to_f16(r.r0);
+        kc[kv_index(table, p, h, r.b, n_k, hd)] = f32_to_f16(r.r1);
     }
 }
 

@@ -319,3 +319,29 @@ __device__ __forceinline__ void ldmatrix4(u32 (&r)[4], u32 addr) {
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Rotary position embedding of one pair (rope.cu, attention.cu).
+
+// Pair i of a head of n_rot rotated dimensions: elements (2i, 2i + 1), or (i, i + n_rot / 2)
+// with neox; rotated by the (cos, sin) at cs[2i], cs[2i + 1] of the row's table, as the CPU
+// reference does, then multiplied by `scale` when `scaled`. The caller stores r0 at a, r1 at b.
+struct rope_pair {
+    int a, b;
+    float r0, r1;
+};
+__device__ __forceinline__ rope_pair rope_rotate(const float* head, const float* cs_row, int i, int half, int neox,
+                                                 bool scaled, float scale) {
+    const float c = cs_row[2 * i], s = cs_row[2 * i + 1];
+    rope_pair p;
+    p.a = neox ? i : 2 * i;
+    p.b = neox ? i + half : 2 * i + 1;
+    const float x0 = head[p.a], x1 = head[p.b];
+    p.r0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+    p.r1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    if (scaled) {
+        p.r0 = __fmul_rn(p.r0, scale);
+        p.r1 = __fmul_rn(p.r1, scale);
+    }
+    return p;
+}

@@ -12,13 +12,10 @@ extern "C" __global__ void rope_f32(float* x, const float* cs, int n_heads, int 
     const int t = blockIdx.x * blockDim.x + threadIdx.x;  // one (head, pair) per thread
     if (t >= n_heads * half) return;
     const int h = t / half, i = t % half;
-    const float c = cs[((i64)row * half + i) * 2], s = cs[((i64)row * half + i) * 2 + 1];
     float* hp = x + ((i64)row * n_heads + h) * head_dim;
-    const int a = neox ? i : 2 * i;
-    const int b = neox ? i + half : 2 * i + 1;
-    const float x0 = hp[a], x1 = hp[b];
-    hp[a] = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    hp[b] = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
+    const rope_pair p = rope_rotate(hp, cs + (i64)row * half * 2, i, half, neox, false, 1.0f);
+    hp[p.a] = p.r0;
+    hp[p.b] = p.r1;
 }
 
 // The query and key rotations of one attention layer in one launch (same table), and the
@@ -36,17 +33,8 @@ extern "C" __global__ void rope_qk_f32(float* q, float* k, const float* cs, int 
     const bool is_q = t < n_q * half;
     if (!is_q) t -= n_q * half;
     const int h = t / half, i = t % half;
-    const float c = cs[((i64)row * half + i) * 2], s = cs[((i64)row * half + i) * 2 + 1];
     float* hp = is_q ? q + ((i64)row * n_q + h) * head_dim : k + ((i64)row * n_k + h) * head_dim;
-    const int a = neox ? i : 2 * i;
-    const int b = neox ? i + half : 2 * i + 1;
-    const float x0 = hp[a], x1 = hp[b];
-    float r0 = __fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
-    float r1 = __fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c));
-    if (is_q && use_scale) {
-        r0 = __fmul_rn(r0, scale_q);
-        r1 = __fmul_rn(r1, scale_q);
-    }
-    hp[a] = r0;
-    hp[b] = r1;
+    const rope_pair p = rope_rotate(hp, cs + (i64)row * half * 2, i, half, neox, is_q && use_scale, scale_q);
+    hp[p.a] = p.r0;
+    hp[p.b] = p.r1;
 }
