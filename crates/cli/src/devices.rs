@@ -192,3 +192,20 @@ fn gpu_report(compile: bool) -> Result<serde_json::Value> {
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::kernel_paths;
+
+    #[test]
+    fn kernel_paths_name_the_gemm_each_card_runs() {
+        let hopper = kernel_paths((9, 0));
+        assert!(hopper.contains("wgmma") && hopper.contains("programmatic dependent launch"));
+        let ampere = kernel_paths((8, 6));
+        assert!(ampere.contains("mma.sync") && !ampere.contains("wgmma"));
+        assert!(!ampere.contains("programmatic"));
+        let blackwell = kernel_paths((12, 0));
+        assert!(blackwell.contains("mma.sync") && blackwell.contains("programmatic"));
+        assert!(kernel_paths((7, 5)).starts_with("none"));
+    }
+}
