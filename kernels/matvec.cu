@@ -993,6 +993,96 @@ __device__ void matvec_q8_tile(const mv_segs sg, const u8* __restrict__ acts, lo
     if (live && g == 0) sg.y(sgi)[lr] = mv_epilogue(acc, sg.bias(sgi), residual, lr, lr);
 }
 
+// The same rounds, chains and terms as `matvec_q8_tile` (bit for bit), with the weights staged:
+// a warp's round (its R = 32 / G rows × G blocks, one contiguous run of G · BYTES bytes per row)
+// arrives in shared memory by 16-byte asynchronous copies, coalesced, MVT_STAGES - 1 rounds
+// ahead, and each lane reads its block from there. The register ring's loads were 4-byte reads
+// 34 bytes apart (Q8_0): every warp load touched a dozen cache lines, and L1 throughput, not
+// DRAM, capped the kernel near 2.5 TB/s. Needs 16-byte aligned row runs: k % 256 == 0 (the host
+// checks). Grid as `matvec_q8_tile`. Taken with G = 8 only: with G = 32 (one row per warp) it
+// was slower than the register ring (see ops.rs).
+#define MVT_STAGES 4  // rounds of weights in a warp's shared ring
+
+template <typename F, int G>
+__device__ void matvec_q8_tile_staged(const mv_segs sg, const u8* __restrict__ acts,
+                                      long long meta_off, int k,
+                                      const float* __restrict__ residual) {
+    constexpr int R = WARP / G;                     // rows per warp
+    constexpr int RUN = G * F::BYTES;               // bytes of one row in a round
+    constexpr int CR = RUN / 16;                    // 16-byte pieces of a row's run
+    constexpr int PIECES = R * CR;                  // per round
+    constexpr int PER_LANE = (PIECES + WARP - 1) / WARP;
+    static_assert(RUN % 16 == 0, "a row's run must be whole 16-byte pieces");
+    // + 1: mv_lds_words may read one word past the last block.
+    constexpr int STAGES = MVT_STAGES;
+    __shared__ uint4 stage[MVT_WARPS][STAGES][PIECES + 1];
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const int g = lane % G, group = lane - g;
+    const int first_row = (blockIdx.x * MVT_WARPS + warp) * R;
+    const int row = first_row + lane / G;
+    const bool live = row < sg.n_out;  // the same for the lanes of a group
+    const int sgi = sg.seg(live ? row : 0), lr = (live ? row : 0) - sg.first(sgi);
+    const int nb = k / 32;
+    const i64 row_bytes = (i64)nb * F::BYTES;
+    const int n_rounds = (nb + G - 1) / G;
+    // The pieces this lane copies: piece c = lane + 32 j is piece c % CR of row c / CR's run.
+    const u8* src[PER_LANE];
+    int at[PER_LANE];  // the piece's byte offset in the run; -1: no such piece or row
+#pragma unroll
+    for (int j = 0; j < PER_LANE; ++j) {
+        const int c = lane + WARP * j, rr = first_row + c / CR;
+        src[j] = sg.w(0);
+        at[j] = -1;
+        if (c < PIECES && rr < sg.n_out) {
+            const int s = sg.seg(rr);
+            src[j] = sg.w(s) + (i64)(rr - sg.first(s)) * row_bytes + (c % CR) * 16;
+            at[j] = (c % CR) * 16;
+        }
+    }
+    auto issue = [&](int q) {
+        uint4* dst = stage[warp][q % STAGES];
+#pragma unroll
+        for (int j = 0; j < PER_LANE; ++j) {
+            const int c = lane + WARP * j;
+            if (c < PIECES) {
+                const i64 off = (i64)q * RUN;
+                const i64 left = at[j] < 0 ? 0 : row_bytes - off - at[j];
+                const int n = (int)max((i64)0, min((i64)16, left));
+                mv_cp_async16(dst + c, n > 0 ? src[j] + off : src[j], n);
+            }
+        }
+    };
+#pragma unroll
+    for (int q = 0; q < STAGES - 1; ++q) {
+        if (q < n_rounds) issue(q);
+        mv_cp_commit();
+    }
+    PDL_WAIT();  // weights are on their way
+    PDL_TRIGGER();
+    const i8* qs = (const i8*)acts;
+    const u8* meta = acts + meta_off;
+    float acc = 0.0f;
+    for (int q = 0; q < n_rounds; ++q) {
+        __syncwarp();  // every lane is done with the slot the next copies overwrite
+        if (q + STAGES - 1 < n_rounds) issue(q + STAGES - 1);
+        mv_cp_commit();
+        mv_cp_wait<STAGES - 1>();
+        __syncwarp();  // round q's pieces, copied by every lane, are visible to all
+        const int b = q * G + g;
+        float t = 0.0f;
+        if (live && b < nb) {
+            F f;
+            f.load((const u8*)stage[warp][q % STAGES] + (lane / G) * RUN + g * F::BYTES, 0);
+            u32 a[8];
+            mv_load_acts(qs + 32 * (i64)b, a);
+            t = f.term(a, *(const uint2*)(meta + (i64)b * 8));
+        }
+        const int cnt = min(G, nb - q * G);
+        for (int j = 0; j < cnt; ++j) acc = __fadd_rn(acc, __shfl_sync(MV_FULL, t, group + j));
+    }
+    if (live && g == 0) sg.y(sgi)[lr] = mv_epilogue(acc, sg.bias(sgi), residual, lr, lr);
+}
+
 #define MATVEC_Q8_TILE(name, fmt)                                                                \
     extern "C" __global__ void __launch_bounds__(MVT_WARPS * WARP)                               \
         matvec_q8_tile_##name(float* y, const u8* w, const u8* acts, long long meta_off,         \
@@ -1007,6 +1097,13 @@ __device__ void matvec_q8_tile(const mv_segs sg, const u8* __restrict__ acts, lo
                              MV_SEG_PARAMS) {                                                    \
         PDL_WAITS_INSIDE();                                                                      \
         matvec_q8_tile<fmt, 32>(MV_SEGS(y, w, bias, n_out), acts, meta_off, k, residual);        \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(MVT_WARPS * WARP)                               \
+        matvec_q8_stile_##name(float* y, const u8* w, const u8* acts, long long meta_off,        \
+                               int n_out, int k, const float* bias, const float* residual,       \
+                               MV_SEG_PARAMS) {                                                  \
+        PDL_WAITS_INSIDE();                                                                      \
+        matvec_q8_tile_staged<fmt, 8>(MV_SEGS(y, w, bias, n_out), acts, meta_off, k, residual);  \
     }
 MATVEC_Q8_TILE(q4_0, mv_q4_0)
 MATVEC_Q8_TILE(q4_1, mv_q4_1)

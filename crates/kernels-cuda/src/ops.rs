@@ -798,7 +798,16 @@ fn matvec_tile(
     } else {
         32
     };
-    let kernel = if lanes_per_row == 8 { "tile" } else { "row" };
+    // Rows of whole 256-element runs are 16-byte aligned in every round: the staged kernel, with
+    // 8 lanes per row (H200, Q8_0 37888×3584: 2,558 → 3,291 GB/s). With 32 (one row per warp)
+    // it lost to the register ring on every shape measured (3584×18944 2,466 → 1,899 GB/s,
+    // 3584×3584 2,252 → 1,429), so few rows keep `matvec_q8_row_*`.
+    let staged = lanes_per_row == 8 && staged_tile_kernel() && w.cols.is_multiple_of(256);
+    let kernel = match (lanes_per_row, staged) {
+        (8, false) => "tile",
+        (8, true) => "stile",
+        _ => "row",
+    };
     let f = dev.function(
         "matvec",
         &format!("matvec_q8_{kernel}_{}", suffix("matvec", w.dtype)?),
@@ -821,7 +830,8 @@ fn matvec_tile(
     // SAFETY: m == 1 and the shapes were checked (the epilogue's too); G lanes per weight row
     // (rows past `rows` load and write nothing), lane g reading blocks g, g + G, ... < cols / 32
     // of its row (word reads may pass the last block by less than WEIGHT_PAD) and the same
-    // blocks of the one activation row; writes y[row] for row < rows.
+    // blocks of the one activation row; writes y[row] for row < rows. The staged kernel copies
+    // only bytes inside each row (`cols` a multiple of 256 keeps every run 16-byte aligned).
     unsafe {
         l.launch(LaunchConfig {
             grid_dim: (rows.div_ceil(rows_per_block) as u32, 1, 1),
@@ -830,6 +840,13 @@ fn matvec_tile(
         })
     }?;
     Ok(())
+}
+
+/// Whether [`matvec_tile`] stages the weights in shared memory (coalesced 16-byte copies) when
+/// the row length allows it. `SYNAPTIX_NO_STAGED_TILE` set: never, for comparisons.
+fn staged_tile_kernel() -> bool {
+    static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    !*DISABLED.get_or_init(|| std::env::var_os("SYNAPTIX_NO_STAGED_TILE").is_some())
 }
 
 /// Whether one activation row against legacy-format weights of `rows` rows (over all matrices of
@@ -942,7 +959,9 @@ fn matvec_rows(
     }
     // A few blocks per SM (each transposes the activation row once, then its warps split the
     // rows), no block without rows, and as many rows for every warp as the grid allows (no
-    // warp waits on a neighbour with one row more, a third more work with long rows).
+    // warp waits on a neighbour with one row more, a third more work with long rows). One even
+    // wave (every warp's rows within one, every SM's within a few) measured slower on an H200:
+    // Q4_K 3584×18944 16.4 → 17.9 µs, 37888×3584 22.5 → 23.3.
     let max_warps = per_sm.min(4) * sm_count(dev) * MVR_WARPS;
     let rows_per_warp = rows.div_ceil(max_warps);
     let blocks = rows.div_ceil(rows_per_warp).div_ceil(MVR_WARPS);

@@ -411,8 +411,11 @@ fn matvec_matches_cpu_every_format() {
         return;
     };
     // (4000, 1536) and (3000, 8448): several rows per warp of the k-quant row kernel, in rounds
-    // of whole rows (6 super-blocks) and in rounds that cross rows (33).
-    let shapes: [(usize, usize); 7] = [
+    // of whole rows (6 super-blocks) and in rounds that cross rows (33); for legacy formats the
+    // one-row-per-warp kernel, with a last partial round at 1536. (1500, 2080): the same, on
+    // rows that are not whole 256-element runs; (8500, 1280): the staged kernel with 8 lanes per
+    // row (from 8448 rows on an H200).
+    let shapes: [(usize, usize); 9] = [
         (300, 512),
         (40, 896),
         (37, 4864),
@@ -420,6 +423,8 @@ fn matvec_matches_cpu_every_format() {
         (1000, 4096),
         (4000, 1536),
         (3000, 8448),
+        (1500, 2080),
+        (8500, 1280),
     ];
     let ms: Vec<usize> = (1..=9).collect();
     for dtype in FORMATS {
