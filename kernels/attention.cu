@@ -176,9 +176,12 @@ __device__ __forceinline__ bool is_short(const DecodeRange& r, int short_max) {
 // row, ATTN_THREADS / L rows per pass) so that many loads are in flight: one block reads a head's
 // keys and values in a few round trips. smem: hd + (p - first + 8) floats; red: hd × 8 doubles
 // per pass row (ATTN_THREADS × 8 in all).
+// STAGED: K and V rows [first, p] are already in shared memory (`ks`, `vs`: [p - first + 1][hd]
+// halves, row t at t - first), copied there by attention_one_pass_f32; the same arithmetic.
+template <bool STAGED>
 __device__ void attention_short(float* out_h, const float* qh, const u16* k, const u16* v, const i32* table,
                                 int kvh, int n_kv_heads, int hd, float scale, int first, int p, float* smem,
-                                double* red) {
+                                double* red, const u16* ks = nullptr, const u16* vs = nullptr) {
     float* q16 = smem;
     const int base = first / 4 * 4;
     const int n = (p / 4 + 1) * 4 - base;  // the aligned groups of four holding [first, p]
@@ -198,7 +201,8 @@ __device__ void attention_short(float* out_h, const float* qh, const u16* k, con
             const int t = base + i0 + j * slots;
             w[j] = make_uint4(0, 0, 0, 0);
             if (i0 + j * slots < n && t >= first && t <= p) {
-                w[j] = *(const uint4*)(k + kv_index(table, t, kvh, d0, n_kv_heads, hd));
+                w[j] = STAGED ? *(const uint4*)(ks + (i64)(t - first) * hd + d0)
+                              : *(const uint4*)(k + kv_index(table, t, kvh, d0, n_kv_heads, hd));
             }
         }
 #pragma unroll
@@ -243,7 +247,9 @@ __device__ void attention_short(float* out_h, const float* qh, const u16* k, con
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             const int t = t0 + j * slots;
-            w[j] = t <= p ? *(const uint4*)(v + kv_index(table, t, kvh, d0, n_kv_heads, hd)) : make_uint4(0, 0, 0, 0);
+            w[j] = t > p    ? make_uint4(0, 0, 0, 0)
+                   : STAGED ? *(const uint4*)(vs + (i64)(t - first) * hd + d0)
+                            : *(const uint4*)(v + kv_index(table, t, kvh, d0, n_kv_heads, hd));
         }
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
@@ -315,8 +321,8 @@ extern "C" __global__ void __launch_bounds__(ATTN_THREADS)
         return;
     }
     const int first = window > 0 ? max(0, p + 1 - window) : 0;
-    attention_short(out + head * hd, q + head * hd, k, v, table, h / (n_heads / n_kv_heads), n_kv_heads, hd, scale,
-                    first, p, smem, red);
+    attention_short<false>(out + head * hd, q + head * hd, k, v, table, h / (n_heads / n_kv_heads), n_kv_heads, hd, scale,
+                           first, p, smem, red);
 }
 
 // q: [rows, n_heads, hd]; k: paged f16 cache. Block (span, head, row) writes this span's scores
@@ -428,8 +434,8 @@ extern "C" __global__ void attention_pv_f32(float* out, double* partial, u32* ti
     const int kvh = h / (n_heads / n_kv_heads);
     if (is_short(r, short_max)) {
         if (span != r.hi) return;
-        attention_short(out + head * hd, q + head * hd, k, v, table, kvh, n_kv_heads, hd, scale, r.first, r.p, probs,
-                        red);
+        attention_short<false>(out + head * hd, q + head * hd, k, v, table, kvh, n_kv_heads, hd, scale, r.first,
+                               r.p, probs, red);
         quantize_head(out, acts, acts_meta, acts_bsums, acts_format, acts_tickets, head, hd);
         return;
     }
@@ -930,4 +936,70 @@ extern "C" __global__ void __launch_bounds__(EX_THREADS)
         const int r = r0 + tid / hd + i * rg;
         if (i < rpt && r < rows) out[((i64)r * n_heads + h) * hd + d] = (float)acc[i];
     }
+}
+
+// 16 bytes from global to shared memory, asynchronously (L2 only).
+__device__ __forceinline__ void attn_cp_async16(void* dst, const void* src) {
+    const u32 d = (u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+}
+
+// Decode steps whose every row attends at most `stage_rows` positions (the one-pass side of
+// attention_pv_f32, launched alone): block (0, head, row) computes the head as attention_short
+// does, bit for bit, from K and V rows copied to shared memory first. Rows below pos[row] were
+// written by earlier steps and positions and pages by the host before the step, and every kernel
+// of the step waits for its predecessor before letting its dependents start: so the rows below
+// every row's position are copied before this kernel's PDL wait, their DRAM latency overlapping
+// the previous kernels, and only the rows from the smallest position on (which the previous
+// kernel, RoPE with the cache store, writes) after it. The caller's contract: the kernel launched
+// just before writes no cache row below the smallest position. One round trip for the whole head
+// instead of one per pass of the block over K, then V.
+// Grid (1, n_heads, rows), ATTN_THREADS threads; dynamic shared memory: the attention_short
+// floats (hd + stage_rows + 8, rounded up to a multiple of 4), then K and V [stage_rows][hd]
+// halves each. A row attending more than stage_rows positions (which the host rules out) or a
+// position outside the cache gets NaN.
+extern "C" __global__ void attention_one_pass_f32(float* out, const float* q, const u16* k, const u16* v,
+                                                  const i32* table, const i32* pos, int n_heads, int n_kv_heads,
+                                                  int hd, int window, int capacity, int stage_rows, float scale,
+                                                  u8* acts, long long acts_meta, long long acts_bsums,
+                                                  int acts_format, u32* acts_tickets) {
+    PDL_WAITS_INSIDE();
+    extern __shared__ __align__(16) float smem[];
+    __shared__ double red[8 * ATTN_THREADS];
+    const int h = blockIdx.y, row = blockIdx.z;
+    const i64 head = (i64)row * n_heads + h;
+    const int kvh = h / (n_heads / n_kv_heads);
+    const int p = pos[row];
+    const int first = window > 0 ? max(0, p + 1 - window) : 0;
+    const bool ok = p >= 0 && p < capacity && p - first + 1 <= stage_rows;
+    const int floats = (hd + stage_rows + 8 + 3) / 4 * 4;
+    u16* ks = (u16*)(smem + floats);
+    u16* vs = ks + (i64)stage_rows * hd;
+    const int L = hd / 8;
+    // Positions from the smallest of the rows' on may be the previous kernel's writes.
+    int early_end = p;
+    for (int j = 0; j < (int)gridDim.z; ++j) early_end = min(early_end, pos[j]);
+    early_end = max(early_end, first);
+    auto stage = [&](int from, int to) {  // K and V rows [from, to)
+        for (int i = threadIdx.x; i < (to - from) * L; i += blockDim.x) {
+            const int t = from + i / L, d0 = 8 * (i % L);
+            const i64 at = kv_index(table, t, kvh, d0, n_kv_heads, hd), at_s = (i64)(t - first) * hd + d0;
+            attn_cp_async16(ks + at_s, k + at);
+            attn_cp_async16(vs + at_s, v + at);
+        }
+    };
+    if (ok) stage(first, early_end);
+    PDL_WAIT();
+    PDL_TRIGGER();
+    if (!ok) {
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) out[head * hd + d] = __int_as_float(0x7fc00000);
+        return;
+    }
+    stage(early_end, p + 1);
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncthreads();
+    attention_short<true>(out + head * hd, q + head * hd, k, v, table, kvh, n_kv_heads, hd, scale, first, p, smem,
+                          red, ks, vs);
+    quantize_head(out, acts, acts_meta, acts_bsums, acts_format, acts_tickets, head, hd);
 }

@@ -29,10 +29,11 @@ typedef long long i64;
 // dependent grid sits waiting at a time. Below sm_90 both compile to nothing (the instructions
 // do not exist there, and without PDL the stream serialises the kernels anyway).
 //
-// The one exception: a kernel whose body begins with PDL_WAITS_INSIDE() (which expands to
-// nothing) calls a device function that first starts loading its weight matrix (read-only: no
-// kernel writes weights) and only then runs PDL_WAIT() and PDL_TRIGGER(), before any other
-// global access. Its weights' DRAM latency then overlaps the previous kernel's tail.
+// The exceptions begin with PDL_WAITS_INSIDE() (which expands to nothing) and read, before their
+// PDL_WAIT(), only what no kernel of the step writes: the matvecs start loading their weight
+// matrix (read-only), attention_one_pass_f32 the host-written positions and block table and the
+// cache rows below every position (written by earlier steps). Their DRAM latency then overlaps
+// the previous kernel's tail.
 #define PDL_WAITS_INSIDE()
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
 #define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")

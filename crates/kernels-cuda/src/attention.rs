@@ -478,6 +478,23 @@ fn decode_shared(span: usize, head_dim: usize, short_max: usize) -> (usize, usiz
     )
 }
 
+/// Dynamic shared memory of `attention_one_pass_f32`: the one-pass floats (hd query values and
+/// `stage_rows + 8` scores, rounded up to 16 bytes), then K and V rows `[stage_rows][hd]` f16.
+fn one_pass_shared(head_dim: usize, stage_rows: usize) -> usize {
+    (head_dim + stage_rows + 8).next_multiple_of(4) * 4 + 2 * stage_rows * head_dim * 2
+}
+
+/// The largest staging of `attention_one_pass_f32` (hd 128 at 256 positions: 130 KiB); larger
+/// heads (Gemma 3's 256 at 256 positions) keep `attention_pv_f32`'s passes over global memory.
+const ONE_PASS_MAX_SHARED: usize = 160 * 1024;
+
+/// Whether one-pass decode steps stage K and V in shared memory (`attention_one_pass_f32`).
+/// `SYNAPTIX_NO_STAGED_ATTN` set: never, for comparisons.
+fn staged_attention() -> bool {
+    static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    !*DISABLED.get_or_init(|| std::env::var_os("SYNAPTIX_NO_STAGED_ATTN").is_some())
+}
+
 /// The longest attended range the decode path computes in one pass, one block per head
 /// (`attention_short` in kernels/attention.cu): `SYNAPTIX_ATTN_SHORT` positions (0: never),
 /// by default [`ATTN_SHORT`]. Longer ranges take the split kernels. A decode step whose
@@ -502,6 +519,11 @@ pub fn short_max() -> usize {
 /// the decode kernels do not cover (head_dim > 256, or more query heads per kv head than their
 /// shared memory holds), take the single-block kernel. Both give the same values: the decode
 /// path only regroups f64 additions.
+///
+/// The one-pass decode kernel starts copying cache rows below the smallest of `positions` before
+/// the previous kernel has finished (programmatic dependent launch): the kernel launched just
+/// before this call must not write those rows (the decode step's RoPE-and-store writes only the
+/// rows at `positions`; uploads and earlier kernels are complete).
 pub fn attention(
     dev: &CudaDevice,
     out: &mut DeviceBuffer<f32>,
@@ -867,6 +889,58 @@ fn attention_decode(
         }?;
     }
 
+    let acts_format: i32 = match acts.as_ref().map(|a| a.dtype) {
+        None => 0,
+        Some(DType::Q8_1) => 2,
+        Some(DType::Q8K) => 3,
+        Some(_) => 1,
+    };
+    let acts_meta = acts.as_ref().map_or(0, |a| a.meta_offset as i64);
+    let acts_bsums = acts.as_ref().map_or(0, |a| a.bsums_offset as i64);
+
+    if one_pass && staged_attention() {
+        let f = dev.function("attention", "attention_one_pass_f32")?;
+        let stage_rows = short.min(kv.capacity);
+        let smem = one_pass_shared(hd, stage_rows);
+        // The kernel's static 16 KiB count against the default 48 KiB too: always opt in.
+        if smem <= ONE_PASS_MAX_SHARED && dev.max_shared_memory(&f)? >= smem {
+            let mut l = Launch::new(dev, &f);
+            l.arg(out)
+                .arg(q)
+                .arg(&kv.k)
+                .arg(&kv.v)
+                .arg(&kv.block_table)
+                .arg(positions)
+                .arg(nh)
+                .arg(nkv)
+                .arg(hd32)
+                .arg(win)
+                .arg(cap)
+                .arg(i32_arg("attention", "staged rows", stage_rows)?)
+                .arg(scale)
+                .arg(acts.map(|a| &mut a.buf))
+                .arg(acts_meta)
+                .arg(acts_bsums)
+                .arg(acts_format)
+                .arg(&mut s.tickets_quant);
+            // SAFETY: grid (1, n_heads, rows), ATTN_THREADS threads, hd / 8 lanes per cache row
+            // (hd in 32..=256, checked above); every row attends at most max_pos + 1 <= short
+            // positions, all below the capacity, so at most stage_rows (the kernel checks it and
+            // writes NaN otherwise); K and V are read at positions [first, pos[row]] through the
+            // block table, copied into the dynamic shared memory sized by `one_pass_shared` (opted
+            // into above when over the default); out[row, head, 0..hd] written, and with
+            // activations the head's blocks of `acts` as in attention_pv_f32.
+            unsafe {
+                l.launch(LaunchConfig {
+                    grid_dim: (1, n_heads as u32, rows as u32),
+                    block_dim: (ATTN_THREADS, 1, 1),
+                    shared_mem_bytes: smem as u32,
+                })
+            }?;
+            return Ok(());
+        }
+    }
+
     let f = dev.function("attention", "attention_pv_f32")?;
     let mut l = Launch::new(dev, &f);
     l.arg(out)
@@ -884,14 +958,6 @@ fn attention_decode(
         .arg(cap)
         .arg(sl)
         .arg(ns);
-    let acts_format: i32 = match acts.as_ref().map(|a| a.dtype) {
-        None => 0,
-        Some(DType::Q8_1) => 2,
-        Some(DType::Q8K) => 3,
-        Some(_) => 1,
-    };
-    let acts_meta = acts.as_ref().map_or(0, |a| a.meta_offset as i64);
-    let acts_bsums = acts.as_ref().map_or(0, |a| a.bsums_offset as i64);
     l.arg(acts.map(|a| &mut a.buf))
         .arg(acts_meta)
         .arg(acts_bsums)

@@ -104,7 +104,8 @@ fn dependent_chain_is_exact_with_and_without_pdl() {
 
 /// Every kernel of the embedded sources (gemm_k excepted: launched through cudarc by its own
 /// module) starts with `PDL_WAIT();`, which launches through crate::launch rely on, or with
-/// `PDL_WAITS_INSIDE();` (the matvecs: weight loads start first, then the wait).
+/// `PDL_WAITS_INSIDE();` (the matvecs and the one-pass decode attention: loads of what no kernel
+/// of the step writes start first, then the wait).
 #[test]
 fn every_kernel_begins_with_pdl_wait() {
     let mut kernels = 0;
@@ -116,7 +117,7 @@ fn every_kernel_begins_with_pdl_wait() {
             let open = start + src[start..].find('{').expect("kernel body");
             let body = src[open + 1..].trim_start_matches(|c: char| c.is_whitespace() || c == '\\');
             let name: String = src[start..open].split('(').next().unwrap_or("").into();
-            // PDL_WAITS_INSIDE(): the device function loads weights, then waits (common.cuh).
+            // PDL_WAITS_INSIDE(): read-only loads first, then the wait (common.cuh).
             assert!(
                 body.starts_with("PDL_WAIT();") || body.starts_with("PDL_WAITS_INSIDE();"),
                 "{}: kernel `{}` does not begin with PDL_WAIT() or PDL_WAITS_INSIDE()",
