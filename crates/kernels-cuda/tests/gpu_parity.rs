@@ -776,8 +776,14 @@ fn decode_attention_matches_single_block_and_cpu() {
     let Some((dev, mut rng)) = device() else {
         return;
     };
-    // (capacity, positions stored): 700 and 3100 cut their last span short.
-    let caches = [(700usize, 700usize), (3100, 3000), (20_000, 3000)];
+    // (capacity, positions stored): 700 and 3100 cut their last span short; at 128 the one-pass
+    // kernel stages K and V in shared memory for every head dimension (256 too: 130 KiB).
+    let caches = [
+        (700usize, 700usize),
+        (3100, 3000),
+        (20_000, 3000),
+        (128, 128),
+    ];
     let mut spans = Vec::new();
     let cases: [&[usize]; 11] = [
         &[999],
