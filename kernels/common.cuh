@@ -146,6 +146,19 @@ __device__ __forceinline__ float ggml_expf(float x) {
     return __fmul_rn(madd_rn(s2, j, s2), s1);
 }
 
+// The gated activations of an MLP, as ggml's CPU computes them. SiLU · up for element `c` of a
+// row of `cols`: ggml's polynomial exp for the row's groups of four, libm-style expf for its tail.
+__device__ __forceinline__ float swiglu_one(float g, float u, int c, int cols) {
+    const float e = c < cols / 4 * 4 ? ggml_expf(__fsub_rn(0.0f, g)) : expf(-g);
+    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, e)), u);
+}
+// GELU (tanh approximation) · up, GELU looked up in ggml's table of f16 values (65536 entries
+// indexed by the input's f16 bits), saturating outside ±10.
+__device__ __forceinline__ float geglu_one(float g, float u, const u16* table) {
+    const float a = g <= -10.0f ? 0.0f : (g >= 10.0f ? g : f16_to_f32(table[f32_to_f16(g)]));
+    return __fmul_rn(a, u);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Block formats: element `j` of one block, dequantized. `BLOCK` elements in `BYTES` bytes.
 

@@ -28,10 +28,6 @@ extern "C" __global__ void add_bias_f32(float* x, const float* bias, int rows, i
 // SwiGLU: out = silu(gate) * up, over rows of `cols`. As the reference: ggml's polynomial exp
 // for groups of four within a row, libm-style expf for the row's tail. Four consecutive
 // elements per thread (16-byte loads and stores when they are all there).
-__device__ __forceinline__ float swiglu_one(float g, float u, int c, int cols) {
-    const float e = c < cols / 4 * 4 ? ggml_expf(__fsub_rn(0.0f, g)) : expf(-g);
-    return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, e)), u);
-}
 extern "C" __global__ void swiglu_f32(float* out, const float* gate, const float* up, int n, int cols) {
     PDL_WAIT();
     PDL_TRIGGER();
@@ -65,9 +61,7 @@ extern "C" __global__ void geglu_f32(float* out, const float* gate, const float*
     PDL_TRIGGER();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
-        const float x = gate[i];
-        const float g = x <= -10.0f ? 0.0f : (x >= 10.0f ? x : f16_to_f32(table[f32_to_f16(x)]));
-        out[i] = __fmul_rn(g, up[i]);
+        out[i] = geglu_one(gate[i], up[i], table);
     }
 }
 

@@ -1853,3 +1853,158 @@ extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV_MIN_BLOCKS)
     }
 MATVEC_FLOAT1(f16, 1)
 MATVEC_FLOAT1(bf16, 2)
+
+// ---------------------------------------------------------------------------------------------
+// One activation row against F16 / BF16 weights on Hopper (sm_90+), the weights streamed into
+// shared memory by the copy engine (`cp.async.bulk`, completion counted on an mbarrier) instead
+// of by loads into registers. Each warp keeps `stages` copies of `chunk` bytes in flight, so the
+// bytes in flight per SM are set by shared memory (16 warps × stages × chunk), not by registers,
+// and a warp's copies run on from one of its rows to the next without a pause: a block per SM,
+// rows dealt to blocks in even runs and to a block's warps in turn.
+//
+// The products are `matvec_float_staged`'s (lane l multiplies elements 8l + 256j of its row:
+// chunks are whole multiples of 512 bytes except a row's last), summed in f64 in four sums per
+// lane, then across the warp: exact sums of exact products, so the same bits (see above).
+//
+// Dynamic shared memory: the ring (warps × stages × chunk bytes), then x rounded to the weights'
+// type (k halves), then warps × stages mbarriers.
+#define MVB_MAX_WARPS 16  // warps per block: the host picks up to this many
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+__device__ __forceinline__ void mvb_bar_init(u32 bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mvb_issue(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void mvb_wait(u32 bar, u32 parity) {
+    asm volatile(
+        "{\n .reg .pred p;\n MVB_WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra MVB_WAIT_%=;\n}" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+
+// What the block does to x before rounding it (`pro`): 0 nothing; 1 RMSNorm with weight `nw` and
+// `eps` (as rms_norm_f32: f32 squares summed in f64, here grouped by thread, then 1/sqrtf(mean +
+// eps), the scale, then the weight); 2 SwiGLU, x the gate and x2 the up projection (swiglu_f32's
+// arithmetic); 3 GeGLU through ggml's f16 table (geglu_f32's).
+#define MVB_PRO_NONE 0
+#define MVB_PRO_NORM 1
+#define MVB_PRO_SWIGLU 2
+#define MVB_PRO_GEGLU 3
+__device__ __forceinline__ float mvb_pro(int pro, float v, int i, int k, const float* x2, const float* nw,
+                                         float scale, const u16* table) {
+    if (pro == MVB_PRO_NORM) return __fmul_rn(__fmul_rn(v, scale), nw[i]);
+    if (pro == MVB_PRO_SWIGLU) return swiglu_one(v, x2[i], i, k);
+    if (pro == MVB_PRO_GEGLU) return geglu_one(v, x2[i], table);
+    return v;
+}
+
+template <int T>
+__device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k,
+                            const float* __restrict__ residual, int stages, int chunk, int pro,
+                            const float* __restrict__ x2, const float* __restrict__ nw, float eps,
+                            const u16* __restrict__ table) {
+    extern __shared__ uint4 mvb_smem[];
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, n_warps = blockDim.x / WARP;
+    const int row_bytes = k * 2;
+    u8* ring = (u8*)mvb_smem + (size_t)warp * stages * chunk;
+    uint4* x16 = (uint4*)((u8*)mvb_smem + (size_t)n_warps * stages * chunk);
+    const u32 bars = (u32)__cvta_generic_to_shared((u8*)x16 + ((k / 8) * 16)) + 8u * warp * stages;
+    const u32 ring_s = (u32)__cvta_generic_to_shared(ring);
+    // This block's rows [r0, r1); this warp's: r0 + warp, r0 + warp + n_warps, ...
+    const int G = gridDim.x, n = sg.n_out;
+    const int r0 = (int)((i64)blockIdx.x * n / G), r1 = (int)((i64)(blockIdx.x + 1) * n / G);
+    const int per_row = (row_bytes + chunk - 1) / chunk;
+    const int my_rows = r1 - r0 > warp ? (r1 - r0 - warp + n_warps - 1) / n_warps : 0;
+    const int n_chunks = my_rows * per_row;
+    // Chunk c: row r0 + warp + (c / per_row) n_warps, bytes (c % per_row) chunk onwards.
+    auto issue = [&](int c) {
+        const int row = r0 + warp + (c / per_row) * n_warps, off = (c % per_row) * chunk;
+        const int s = sg.seg(row);
+        const u8* src = sg.w(s) + (i64)(row - sg.first(s)) * row_bytes + off;
+        const int slot = c % stages;
+        mvb_issue(ring_s + slot * chunk, src, (u32)min(chunk, row_bytes - off), bars + 8u * slot);
+    };
+    if (lane == 0) {
+        for (int s = 0; s < stages; ++s) mvb_bar_init(bars + 8u * s);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int c = 0; c < min(stages, n_chunks); ++c) issue(c);
+    }
+    PDL_WAIT();
+    PDL_TRIGGER();
+    float scale = 1.0f;
+    if (pro == MVB_PRO_NORM) {
+        double ss = 0.0;
+        for (int i = threadIdx.x; i < k / 4; i += blockDim.x) {
+            const float4 v = ((const float4*)x)[i];
+            ss += (double)__fmul_rn(v.x, v.x) + (double)__fmul_rn(v.y, v.y) + (double)__fmul_rn(v.z, v.z) +
+                  (double)__fmul_rn(v.w, v.w);
+        }
+        ss = block_sum_f64(ss);
+        scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / (double)k), eps)));
+    }
+    for (int i = threadIdx.x; i < k / 8; i += blockDim.x) {
+        float4 a = ((const float4*)x)[2 * i], b = ((const float4*)x)[2 * i + 1];
+        if (pro != MVB_PRO_NONE) {
+            const int e = 8 * i;
+            a = make_float4(mvb_pro(pro, a.x, e, k, x2, nw, scale, table), mvb_pro(pro, a.y, e + 1, k, x2, nw, scale, table),
+                            mvb_pro(pro, a.z, e + 2, k, x2, nw, scale, table), mvb_pro(pro, a.w, e + 3, k, x2, nw, scale, table));
+            b = make_float4(mvb_pro(pro, b.x, e + 4, k, x2, nw, scale, table), mvb_pro(pro, b.y, e + 5, k, x2, nw, scale, table),
+                            mvb_pro(pro, b.z, e + 6, k, x2, nw, scale, table), mvb_pro(pro, b.w, e + 7, k, x2, nw, scale, table));
+        }
+        x16[i] = make_uint4(mvf_round16<T>(a.x) | mvf_round16<T>(a.y) << 16, mvf_round16<T>(a.z) | mvf_round16<T>(a.w) << 16,
+                            mvf_round16<T>(b.x) | mvf_round16<T>(b.y) << 16, mvf_round16<T>(b.z) | mvf_round16<T>(b.w) << 16);
+    }
+    __syncthreads();
+    // Four sums per lane (products e, e + 4 of each word into sum e % 4), so that consecutive
+    // products do not wait on one another's f64 additions; added pairwise at the row's end.
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
+    for (int c = 0; c < n_chunks; ++c) {
+        const int slot = c % stages;
+        const int off = (c % per_row) * chunk, bytes = min(chunk, row_bytes - off);
+        mvb_wait(bars + 8u * slot, (u32)(c / stages) & 1u);
+        const uint4* words = (const uint4*)(ring + slot * chunk);
+#pragma unroll 2
+        for (int wi = lane; wi < bytes / 16; wi += WARP) {
+            const uint4 wv = words[wi], xv = x16[off / 16 + wi];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[e % 4] += (double)__fmul_rn(mv_weight_in<T>(wv, e), mv_weight_in<T>(xv, e));
+        }
+        __syncwarp();
+        if (lane == 0 && c + stages < n_chunks) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our reads, then the copy's writes
+            issue(c + stages);
+        }
+        if (c % per_row == per_row - 1) {
+            const int row = r0 + warp + (c / per_row) * n_warps;
+            const int s = sg.seg(row), lr = row - sg.first(s);
+            const double sum = warp_sum_f64((acc[0] + acc[1]) + (acc[2] + acc[3]));
+            if (lane == 0) sg.y(s)[lr] = mv_epilogue(__double2float_rn(sum), sg.bias(s), residual, lr, lr);
+#pragma unroll
+            for (int a = 0; a < 4; ++a) acc[a] = 0.0;
+        }
+    }
+}
+#endif
+
+#define MATVEC_BULK(name, t)                                                                     \
+    extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 2)                        \
+        matvec_bulk_##name(float* y, const u8* w, const float* x, int n_out, int k, int stages,  \
+                           int chunk, const float* bias, const float* residual, MV_SEG_PARAMS,   \
+                           int pro, const float* x2, const float* nw, float eps,                 \
+                           const u16* table) {                                                   \
+        PDL_WAITS_INSIDE();                                                                      \
+        MVB_BODY(t)                                                                              \
+    }
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#define MVB_BODY(t)                                                                              \
+    matvec_bulk<t>(MV_SEGS(y, w, bias, n_out), x, k, residual, stages, chunk, pro, x2, nw, eps,  \
+                   table);
+#else
+#define MVB_BODY(t) PDL_WAIT(); // sm_80: never launched (the host takes matvec_float1)
+#endif
+MATVEC_BULK(f16, 1)
+MATVEC_BULK(bf16, 2)

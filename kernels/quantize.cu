@@ -125,15 +125,7 @@ extern "C" __global__ void rms_norm_q8_k(float* y, u8* out, long long meta, long
 template <int ACT>
 __device__ __forceinline__ float glu_value(const float* gate, const float* up, i64 i, int c, int cols,
                                            const u16* table) {
-    const float g = gate[i];
-    float a;
-    if (ACT == 0) {
-        const float e = c < cols / 4 * 4 ? ggml_expf(__fsub_rn(0.0f, g)) : expf(-g);
-        a = __fdiv_rn(g, __fadd_rn(1.0f, e));
-    } else {
-        a = g <= -10.0f ? 0.0f : (g >= 10.0f ? g : f16_to_f32(table[f32_to_f16(g)]));
-    }
-    return __fmul_rn(a, up[i]);
+    return ACT == 0 ? swiglu_one(gate[i], up[i], c, cols) : geglu_one(gate[i], up[i], table);
 }
 
 template <int FMT, int ACT>

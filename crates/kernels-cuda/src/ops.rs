@@ -1478,6 +1478,9 @@ fn matvec_float_kernel(
 ) -> Result<()> {
     let m = x.len() / w.cols;
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
+    if m == 1 && matvec_bulk(dev, y, w, x, epi, more, RowPrologue::None)? {
+        return Ok(());
+    }
     // One activation row: the kernels that keep more weight loads in flight (and, for 16-bit
     // weights, stage the row rounded to their type in shared memory: k % 8 == 0).
     let staged = w.dtype != DType::F32;
@@ -1516,6 +1519,239 @@ fn matvec_float_kernel(
         })
     }?;
     Ok(())
+}
+
+/// Rows shorter than this take the register kernels: with a block per SM, few short rows keep
+/// too few copies in flight (H200: 9728×896 2,255 GB/s registers, 1,763 bulk; 896×4864 986 and
+/// 1,488).
+const MVB_MIN_COLS: usize = 2048;
+
+/// The ring of `matvec_bulk_*`: each of `warps` warps (at most MVB_MAX_WARPS in
+/// kernels/matvec.cu) keeps `stages` copies of `chunk` bytes in flight.
+#[derive(Debug, Clone, Copy)]
+struct BulkShape {
+    stages: usize,
+    chunk: usize,
+    warps: usize,
+}
+
+/// The bulk kernel's ring, or None: `SYNAPTIX_BULK=off` takes the register kernels,
+/// `SYNAPTIX_BULK=S,C[,W]` sets stages, chunk bytes and warps (for sweeps).
+fn bulk_shape() -> Option<BulkShape> {
+    static SHAPE: std::sync::OnceLock<Option<BulkShape>> = std::sync::OnceLock::new();
+    const DEFAULT: BulkShape = BulkShape {
+        stages: 2,
+        chunk: 4096,
+        warps: 16,
+    };
+    *SHAPE.get_or_init(|| match std::env::var("SYNAPTIX_BULK").ok().as_deref() {
+        Some("off") | Some("0") => None,
+        Some(v) => {
+            let n: Vec<usize> = v.split(',').filter_map(|s| s.trim().parse().ok()).collect();
+            match n[..] {
+                [stages, chunk, ref rest @ ..]
+                    if stages >= 1 && chunk >= 512 && chunk % 512 == 0 =>
+                {
+                    let warps = rest.first().copied().unwrap_or(DEFAULT.warps).clamp(1, 16);
+                    Some(BulkShape {
+                        stages,
+                        chunk,
+                        warps,
+                    })
+                }
+                _ => Some(DEFAULT),
+            }
+        }
+        None => Some(DEFAULT),
+    })
+}
+
+/// What `matvec_bulk_*` does to the activation row before the product (`pro` in
+/// kernels/matvec.cu): each block computes it for itself while its first weights stream in, which
+/// saves the launch of a kernel of its own.
+#[derive(Clone, Copy)]
+pub enum RowPrologue<'a> {
+    None,
+    /// RMSNorm with this weight and epsilon.
+    RmsNorm {
+        weight: &'a DeviceBuffer<f32>,
+        eps: f32,
+    },
+    /// The row is the gate projection: `act(gate) * up`.
+    Glu {
+        up: &'a DeviceBuffer<f32>,
+        kind: Glu,
+        /// ggml's GELU table for [`Glu::GeluTanh`].
+        table: Option<&'a DeviceBuffer<u16>>,
+    },
+}
+
+/// Whether one activation row against `w` takes `matvec_bulk_*` (before its shared memory is
+/// checked).
+pub fn bulk_applies(dev: &CudaDevice, w: &DeviceMatrix) -> bool {
+    bulk_shape().is_some()
+        && matches!(w.dtype, DType::F16 | DType::BF16)
+        && dev.info.compute_capability.0 >= 9
+        && w.cols >= MVB_MIN_COLS
+        && w.cols.is_multiple_of(8)
+        && w.rows > 0
+}
+
+/// One activation row against F16 / BF16 weights (and up to two more matrices of the same
+/// format and row length, `more`) through `matvec_bulk_*`: Hopper's bulk copies stream the
+/// weights into shared memory. Returns false, launching nothing, when the card, the shape or the
+/// shared memory rule it out; the caller then takes the other kernels.
+fn matvec_bulk(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    x: &DeviceBuffer<f32>,
+    epi: Epilogue,
+    more: &mut [MatvecPart],
+    pro: RowPrologue,
+) -> Result<bool> {
+    let Some(BulkShape {
+        stages,
+        chunk,
+        warps,
+    }) = bulk_shape()
+    else {
+        return Ok(false);
+    };
+    if !bulk_applies(dev, w)
+        || x.len() != w.cols
+        || more
+            .iter()
+            .any(|p| p.w.dtype != w.dtype || p.w.cols != w.cols)
+    {
+        return Ok(false);
+    }
+    let k = w.cols;
+    let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
+    let shared = warps * stages * chunk + k * 2 + warps * stages * 8;
+    let f = dev.function(
+        "matvec",
+        &format!("matvec_bulk_{}", suffix("matvec", w.dtype)?),
+    )?;
+    if shared > dev.max_shared_memory(&f)? {
+        return Ok(false);
+    }
+    let (code, x2, norm, eps, table) = match pro {
+        RowPrologue::None => (0i32, None, None, 0.0f32, None),
+        RowPrologue::RmsNorm { weight, eps } => {
+            check("matvec", weight.len() == k, || {
+                format!("norm weight of {} for {k} columns", weight.len())
+            })?;
+            (1, None, Some(weight), eps, None)
+        }
+        RowPrologue::Glu { up, kind, table } => {
+            check("matvec", up.len() == k, || {
+                format!("up projection of {} for {k} columns", up.len())
+            })?;
+            match kind {
+                Glu::Silu => (2, Some(up), None, 0.0, None),
+                Glu::GeluTanh => {
+                    let t = table.ok_or_else(|| CudaError::Invalid {
+                        op: "matvec",
+                        detail: "GeGLU needs the GELU table".into(),
+                    })?;
+                    check("matvec", t.len() > u16::MAX as usize, || {
+                        format!("GELU table of {} entries", t.len())
+                    })?;
+                    (3, Some(up), None, 0.0, Some(t))
+                }
+            }
+        }
+    };
+    let (r32, c32) = (
+        i32_arg("matvec", "rows", rows)?,
+        i32_arg("matvec", "cols", k)?,
+    );
+    let mut l = Launch::new(dev, &f);
+    l.arg(y)
+        .arg(&w.data)
+        .arg(x)
+        .arg(r32)
+        .arg(c32)
+        .arg(stages as i32)
+        .arg(chunk as i32);
+    epilogue_args(&mut l, &epi);
+    segment_args(&mut l, w.rows, more)?;
+    l.arg(code).arg(x2).arg(norm).arg(eps).arg(table);
+    // Up to 16 warps per SM: two blocks of 8 where shared memory allows.
+    let blocks = rows.min(sm_count(dev) * (16 / warps).max(1));
+    // SAFETY: each block copies whole rows (in pieces of 16-byte multiples: k % 8 == 0) of the
+    // launch's matrices into its own shared memory, which `shared` covers (the ring, the row of
+    // x rounded to 16 bits, the barriers); it reads k values of x (and of the up projection and
+    // the norm weight, checked above; the table has 65536 entries) and writes one output per row
+    // it owns.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: ((warps * 32) as u32, 1, 1),
+            shared_mem_bytes: shared as u32,
+        })
+    }?;
+    Ok(true)
+}
+
+/// `parts[i].y = rms_norm(x, norm, eps) · W_iᵀ (+ bias_i)` for one row against up to three
+/// F16 / BF16 matrices of one format and row length, in one launch that normalises inside
+/// (`matvec_bulk_*`). Returns false, launching nothing, where that kernel does not apply.
+pub fn rms_norm_matvec_float_many(
+    dev: &CudaDevice,
+    parts: &mut [MatvecPart],
+    x: &DeviceBuffer<f32>,
+    norm: &DeviceBuffer<f32>,
+    eps: f32,
+) -> Result<bool> {
+    let Some((first, rest)) = parts.split_first_mut() else {
+        return Ok(false);
+    };
+    if rest.len() > 2 || (!rest.is_empty() && many_disabled()) || !bulk_applies(dev, first.w) {
+        return Ok(false);
+    }
+    for p in std::iter::once(&*first).chain(rest.iter()) {
+        check_matvec(p.w, p.y.len(), 1)?;
+        Epilogue {
+            bias: p.bias,
+            residual: None,
+        }
+        .check(p.w.rows, p.y.len())?;
+    }
+    let epi = Epilogue {
+        bias: first.bias,
+        residual: None,
+    };
+    let pro = RowPrologue::RmsNorm { weight: norm, eps };
+    matvec_bulk(dev, first.y, first.w, x, epi, rest, pro)
+}
+
+/// `y = (act(gate) * up) · Wᵀ (+ residual)` for one row against F16 / BF16 weights, the
+/// activation computed inside the product's launch (`matvec_bulk_*`). Returns false, launching
+/// nothing, where that kernel does not apply.
+#[allow(clippy::too_many_arguments)]
+pub fn glu_matvec(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    gate: &DeviceBuffer<f32>,
+    up: &DeviceBuffer<f32>,
+    kind: Glu,
+    table: Option<&DeviceBuffer<u16>>,
+    residual: Option<&DeviceBuffer<f32>>,
+) -> Result<bool> {
+    if !bulk_applies(dev, w) {
+        return Ok(false);
+    }
+    check_matvec(w, y.len(), 1)?;
+    let epi = Epilogue {
+        bias: None,
+        residual,
+    };
+    epi.check(w.rows, y.len())?;
+    let pro = RowPrologue::Glu { up, kind, table };
+    matvec_bulk(dev, y, w, gate, epi, &mut [], pro)
 }
 
 /// `y = x · Wᵀ` from W dequantized to f32 and x as is (the first GPU kernels, `matvec_{fmt}`):

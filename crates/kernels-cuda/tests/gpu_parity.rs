@@ -1593,3 +1593,130 @@ fn attention_quantized_matches_attention_then_quantize() {
         eprintln!("attention_quantized {what}: bit-equal (quantized inside: {inside})");
     }
 }
+
+/// The bulk-copy F16 / BF16 kernel (Hopper) with its activation prologues: RMSNorm inside the
+/// product of up to three matrices (Q, K, V with biases) and SwiGLU / GeGLU inside the down
+/// projection with its residual give the bits of the separate kernels. Row lengths cover a ring
+/// chunk's partial tail (2056: 4096 + 16 bytes) and Qwen2.5 7B's 3584 and 18944; on cards
+/// without bulk copies (or with rows under 2048) nothing is launched and false comes back.
+#[test]
+fn bulk_matvec_prologues_match_separate_ops() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let hopper = dev.info.compute_capability.0 >= 9;
+    let table: Vec<u16> = (0..=u16::MAX)
+        .map(|h| {
+            let x = half::f16::from_bits(h).to_f32();
+            let g = 0.5 * x * (1.0 + (0.797_884_6 * x * (1.0 + 0.044715 * x * x)).tanh());
+            half::f16::from_f32(g).to_bits()
+        })
+        .collect();
+    let dtable = dev.upload(&table).unwrap();
+    let bits = |b: &DeviceBuffer<f32>| -> Vec<u32> {
+        dev.download(b)
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    };
+    for dtype in [DType::F16, DType::BF16] {
+        for (cols, heights) in [
+            (2056, &[300usize, 40, 41][..]),
+            (3584, &[3584, 512, 512][..]),
+            (18944, &[200][..]),
+        ] {
+            let x = activations(&mut rng, 1, cols);
+            let g = rng.vec(cols, 1.0);
+            let (dx, dg) = (dev.upload(&x).unwrap(), dev.upload(&g).unwrap());
+            let mut weights = Vec::new();
+            let mut biases = Vec::new();
+            for &rows in heights {
+                let bytes = random_weights(&mut rng, dtype, rows, cols);
+                weights.push(DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap());
+                biases.push(dev.upload(&rng.vec(rows, 1.0)).unwrap());
+            }
+            let run = |fused: bool| -> Option<Vec<Vec<u32>>> {
+                let mut ys: Vec<DeviceBuffer<f32>> =
+                    weights.iter().map(|w| poisoned(&dev, w.rows)).collect();
+                let mut parts: Vec<ops::MatvecPart> = ys
+                    .iter_mut()
+                    .zip(weights.iter().zip(&biases))
+                    .map(|(y, (w, b))| ops::MatvecPart {
+                        w,
+                        y,
+                        bias: Some(b),
+                    })
+                    .collect();
+                if fused {
+                    let taken =
+                        ops::rms_norm_matvec_float_many(&dev, &mut parts, &dx, &dg, 1e-6).unwrap();
+                    assert_eq!(taken, hopper, "{dtype} {cols}: bulk kernel taken");
+                    if !taken {
+                        return None;
+                    }
+                } else {
+                    let mut normed = poisoned(&dev, cols);
+                    ops::rms_norm(&dev, &mut normed, &dx, &dg, 1e-6).unwrap();
+                    ops::matvec_many(&dev, &mut parts, &normed, None).unwrap();
+                }
+                drop(parts);
+                Some(ys.iter().map(&bits).collect())
+            };
+            if let (Some(got), Some(want)) = (run(true), run(false)) {
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let differ = g.iter().zip(w).filter(|(a, b)| a != b).count();
+                    assert_eq!(differ, 0, "{dtype} norm, cols {cols}, matrix {i}");
+                }
+            }
+            // The first matrix as a down projection: [rows, cols] from gate and up of cols.
+            let w = &weights[0];
+            let (gate, up) = (rng.vec(cols, 4.0), rng.vec(cols, 2.0));
+            let (dgate, dup) = (dev.upload(&gate).unwrap(), dev.upload(&up).unwrap());
+            let residual = dev.upload(&rng.vec(w.rows, 3.0)).unwrap();
+            for kind in [ops::Glu::Silu, ops::Glu::GeluTanh] {
+                let mut got = poisoned(&dev, w.rows);
+                let taken = ops::glu_matvec(
+                    &dev,
+                    &mut got,
+                    w,
+                    &dgate,
+                    &dup,
+                    kind,
+                    Some(&dtable),
+                    Some(&residual),
+                )
+                .unwrap();
+                assert_eq!(taken, hopper, "{dtype} {kind:?} {cols}: bulk kernel taken");
+                if !taken {
+                    assert!(dev.download(&got).unwrap().iter().all(|v| v.is_nan()));
+                    continue;
+                }
+                let mut act = poisoned(&dev, cols);
+                ops::glu(&dev, kind, &mut act, &dgate, &dup, cols, Some(&dtable)).unwrap();
+                let mut want = poisoned(&dev, w.rows);
+                let epi = ops::Epilogue {
+                    bias: None,
+                    residual: Some(&residual),
+                };
+                ops::matvec_with(&dev, &mut want, w, &act, epi).unwrap();
+                assert_eq!(bits(&got), bits(&want), "{dtype} {kind:?} cols {cols}");
+            }
+        }
+    }
+    // Rows under 2048 values: the register kernels' business.
+    let bytes = random_weights(&mut rng, DType::F16, 64, 896);
+    let w = DeviceMatrix::upload(&dev, DType::F16, 64, 896, &bytes).unwrap();
+    let mut y = poisoned(&dev, 64);
+    let (dx, dg) = (
+        dev.upload(&activations(&mut rng, 1, 896)).unwrap(),
+        dev.upload(&rng.vec(896, 1.0)).unwrap(),
+    );
+    let mut parts = [ops::MatvecPart {
+        w: &w,
+        y: &mut y,
+        bias: None,
+    }];
+    assert!(!ops::rms_norm_matvec_float_many(&dev, &mut parts, &dx, &dg, 1e-6).unwrap());
+    assert!(dev.download(&y).unwrap().iter().all(|v| v.is_nan()));
+}

@@ -131,6 +131,19 @@ pub trait Backend: Send + Sync + 'static {
         let _ = consumer;
         self.glu(gate, up, act)
     }
+    /// `residual += (act(gate) * up) · Wᵀ`, where nothing else reads the activation: a backend
+    /// may compute it inside the product.
+    fn glu_linear_add(
+        &self,
+        gate: &Self::Tensor,
+        up: &Self::Tensor,
+        act: Activation,
+        w: &Self::Matrix,
+        residual: &mut Self::Tensor,
+    ) -> Result<()> {
+        let h = self.glu_for(gate, up, act, w)?;
+        self.linear_add(&h, w, residual)
+    }
     /// Stores `k, v` at the step's positions, then attends `q` over the cache.
     fn attention(
         &self,

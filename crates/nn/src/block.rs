@@ -52,6 +52,14 @@ impl<B: Backend> PreNormBlock<B> {
             let [gate, up] = self
                 .ffn_norm
                 .forward_linear_many(be, x, [&mlp.gate, &mlp.up])?;
+            // The activation exists on its own only when a tap wants it or what follows it.
+            let apart = ["ffn_gate", "ffn_up", "ffn_act", "ffn_out"]
+                .iter()
+                .any(|what| tap.wants(&format!("{name}.{what}")));
+            if !apart && mlp.down.bias.is_none() {
+                be.glu_linear_add(&gate, &up, mlp.activation, &mlp.down.weight, x)?;
+                return record(be, tap, name, "l_out", x);
+            }
             mlp.activate_projected(be, gate, up, name, tap)?
         };
         if tap.wants(&format!("{name}.ffn_out")) {
