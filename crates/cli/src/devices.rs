@@ -134,7 +134,8 @@ fn kernel_paths(cc: (i32, i32)) -> String {
             "f16/bf16 tensor-core GEMM (mma.sync)"
         },
         if cc.0 >= 9 {
-            ". sm_90+: programmatic dependent launch"
+            ". sm_90+: programmatic dependent launch; F16/BF16 decode rows of 2048+ values \
+             streamed into shared memory by bulk copies (TMA)"
         } else {
             ""
         }
@@ -201,9 +202,10 @@ mod tests {
     fn kernel_paths_name_the_gemm_each_card_runs() {
         let hopper = kernel_paths((9, 0));
         assert!(hopper.contains("wgmma") && hopper.contains("programmatic dependent launch"));
+        assert!(hopper.contains("bulk copies"));
         let ampere = kernel_paths((8, 6));
         assert!(ampere.contains("mma.sync") && !ampere.contains("wgmma"));
-        assert!(!ampere.contains("programmatic"));
+        assert!(!ampere.contains("programmatic") && !ampere.contains("bulk copies"));
         let blackwell = kernel_paths((12, 0));
         assert!(blackwell.contains("mma.sync") && blackwell.contains("programmatic"));
         assert!(kernel_paths((7, 5)).starts_with("none"));
