@@ -1183,6 +1183,63 @@ struct mvr_shape {
     static constexpr int WARP_BYTES = 2 * BUF_WORDS * 4 + WARP * 9 * 4;
 };
 
+// Bulk copies (sm_90+: the copy engine, `cp.async.bulk`) into shared memory, their completion
+// counted on an mbarrier: init (one arrival: the issuing thread's), arrive with the bytes to
+// expect and copy, wait for a phase. Below sm_90 they compile to nothing: the host never asks
+// for them there.
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+__device__ __forceinline__ void mvb_bar_init(u32 bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mvb_issue(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void mvb_wait(u32 bar, u32 parity) {
+    asm volatile(
+        "{\n .reg .pred p;\n MVB_WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra MVB_WAIT_%=;\n}" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+
+// What the block does to x before rounding it (`pro`): 0 nothing; 1 RMSNorm with weight `nw` and
+// `eps` (as rms_norm_f32: f32 squares summed in f64, here grouped by thread, then 1/sqrtf(mean +
+// eps), the scale, then the weight); 2 SwiGLU, x the gate and x2 the up projection (swiglu_f32's
+// arithmetic); 3 GeGLU through ggml's f16 table (geglu_f32's).
+#define MVB_PRO_NONE 0
+#define MVB_PRO_NORM 1
+#define MVB_PRO_SWIGLU 2
+#define MVB_PRO_GEGLU 3
+__device__ __forceinline__ float mvb_pro(int pro, float v, int i, int k, const float* x2, const float* nw,
+                                         float scale, const u16* table) {
+    if (pro == MVB_PRO_NORM) return __fmul_rn(__fmul_rn(v, scale), nw[i]);
+    if (pro == MVB_PRO_SWIGLU) return swiglu_one(v, x2[i], i, k);
+    if (pro == MVB_PRO_GEGLU) return geglu_one(v, x2[i], table);
+    return v;
+}
+__device__ __forceinline__ void mvb_expect(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mvb_copy(u32 dst, const void* src, u32 bytes, u32 bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void mvb_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+// Before a copy into a buffer this thread's warp has read (generic reads, then async writes).
+__device__ __forceinline__ void mvb_fence_reuse() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+#else
+__device__ __forceinline__ void mvb_bar_init(u32) {}
+__device__ __forceinline__ void mvb_issue(u32, const void*, u32, u32) {}
+__device__ __forceinline__ void mvb_wait(u32, u32) {}
+__device__ __forceinline__ void mvb_expect(u32, u32) {}
+__device__ __forceinline__ void mvb_copy(u32, const void*, u32, u32) {}
+__device__ __forceinline__ void mvb_fence_init() {}
+__device__ __forceinline__ void mvb_fence_reuse() {}
+#endif
+
 // Dynamic shared memory of `matvec_q8_rows_*` for rows of n_sb super-blocks (mirrored by ops.rs).
 template <typename F>
 constexpr int mvr_smem_bytes(int n_sb) {
@@ -1242,6 +1299,35 @@ __device__ __forceinline__ void mvr_fetch16(u32* dst, const mv_segs& sg, int n_s
         }
     }
     mv_cp_commit();
+}
+
+// `mvr_fetch16` by bulk copies, issued by one thread (`lane` 0) and counted on `bar`: the same
+// bytes at the same places (16-byte words from the one holding the round's first byte; a round
+// crossing into the next matrix in one copy per matrix, whole super-blocks of 16-byte multiples).
+// Nothing is issued (and `bar` not armed) for an empty round.
+template <typename F>
+__device__ __forceinline__ void mvr_fetch_bulk(u32* dst, const mv_segs& sg, int n_sb, i64 u, int cnt,
+                                               int ra, int rb, int r0, int li, u32 bar) {
+    if (cnt == 0) return;
+    const u32 d = (u32)__cvta_generic_to_shared(dst);
+    const int s0 = sg.seg(ra), s1 = sg.seg(rb);
+    if (s0 == s1) {
+        const i64 g0 = (u - (i64)sg.first(s0) * n_sb) * F::BYTES;
+        const u32 n = (u32)(((g0 + (i64)cnt * F::BYTES + 15) >> 4) - (g0 >> 4)) * 16u;
+        mvb_expect(bar, n);
+        mvb_copy(d, sg.w(s0) + (g0 & ~(i64)15), n, bar);
+    } else if constexpr (F::BYTES % 16 == 0) {
+        mvb_expect(bar, (u32)cnt * F::BYTES);
+        int j = 0;
+        while (j < cnt) {  // runs of super-blocks within one matrix
+            const int s = sg.seg(r0 + (li + j) / n_sb);
+            int e = j + 1;
+            while (e < cnt && sg.seg(r0 + (li + e) / n_sb) == s) ++e;
+            const u8* src = sg.w(s) + (u + j - (i64)sg.first(s) * n_sb) * F::BYTES;
+            mvb_copy(d + (u32)j * F::BYTES, src, (u32)(e - j) * F::BYTES, bar);
+            j = e;
+        }
+    }
 }
 
 // The nine terms of one Q4_K (Q5 = false) or Q5_K super-block, staged at `b` (16-byte aligned),
@@ -1428,7 +1514,7 @@ template <typename F>
 __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, long long meta_off,
                                long long bsums_off, int k, const float* __restrict__ residual,
                                const float* __restrict__ xf, const float* __restrict__ norm_w,
-                               float eps) {
+                               float eps, int bulk) {
     static_assert(F::KIND == MV_LANES, "lane-major k-quants only");
     using R = mvr_shape<F>;
     constexpr int T9 = 9;               // terms per super-block in `tt`: 8 lanes, the min term
@@ -1440,6 +1526,19 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
     u8* mine = (u8*)mvr_smem + n_sb * MV_ACT_R + warp * R::WARP_BYTES;
     u32* stage = (u32*)mine;                              // two buffers of BUF_WORDS
     float* tt = (float*)(mine + 2 * R::BUF_WORDS * 4);   // term l of slot i at i * 9 + l
+    // With `bulk` (sm_90+, 16-byte-copied formats), lane 0 fetches each round by bulk copies
+    // counted on the buffer's mbarrier instead of every lane by 16-byte `cp.async`.
+    __shared__ __align__(8) u64 mvr_bars[MVR_WARPS][2];
+    const bool use_bulk = R::COPY16 && bulk;
+    const u32 bars = (u32)__cvta_generic_to_shared(&mvr_bars[warp][0]);
+    if (use_bulk) {
+        if (lane == 0) {
+            mvb_bar_init(bars);
+            mvb_bar_init(bars + 8);
+            mvb_fence_init();
+        }
+        __syncwarp();
+    }
 
     // This warp's rows [r0, r1): super-blocks [u0, u0 + n_u) of the weights.
     const int n_out = sg.n_out;
@@ -1469,7 +1568,14 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
                 f_pos += WARP;
                 if (f_pos >= n_sb) f_pos -= n_sb, ++f_row;
             }
-            mvr_fetch16<F>(dst, sg, n_sb, u0 + li, cnt, lane, ra, rb, r0, li);
+            if (use_bulk) {
+                if (lane == 0) {
+                    mvb_fence_reuse();
+                    mvr_fetch_bulk<F>(dst, sg, n_sb, u0 + li, cnt, ra, rb, r0, li, bars + 8u * (q & 1));
+                }
+            } else {
+                mvr_fetch16<F>(dst, sg, n_sb, u0 + li, cnt, lane, ra, rb, r0, li);
+            }
         } else {  // one matrix per launch (the host checks)
             mvr_fetch<F>(dst, sg.w0, u0 + li, cnt, lane);
         }
@@ -1505,8 +1611,12 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
     int c_row = r0, c_pos = 0;  // long rows: the row and position of round q's first super-block
     const int own = min(lane, 8);
     for (int q = 0; q < n_rounds; ++q) {
-        mv_cp_wait<1>();  // this thread's copies of round q have landed
-        __syncwarp();     // and every lane's
+        if (use_bulk) {
+            mvb_wait(bars + 8u * (q & 1), (u32)(q >> 1) & 1u);  // round q has landed
+        } else {
+            mv_cp_wait<1>();  // this thread's copies of round q have landed
+            __syncwarp();     // and every lane's
+        }
         const int cnt = min(rs, n_u - q * rs);
         if (lane < cnt) {
             int sbx = my_pos;  // of the super-block's row
@@ -1606,10 +1716,10 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
         matvec_q8_rows_##name(float* y, const u8* w, const u8* acts, long long meta_off,         \
                               long long bsums_off, int n_out, int k, const float* bias,          \
                               const float* residual, MV_SEG_PARAMS, const float* xf,             \
-                              const float* norm_w, float eps) {                                  \
+                              const float* norm_w, float eps, int bulk) {                        \
         PDL_WAITS_INSIDE();                                                                      \
         matvec_q8_rows<fmt>(MV_SEGS(y, w, bias, n_out), acts, meta_off, bsums_off, k, residual,  \
-                            xf, norm_w, eps);                                                    \
+                            xf, norm_w, eps, bulk);                                              \
     }
 MATVEC_Q8_ROWS(q3_k, mv_q3_k)
 MATVEC_Q8_ROWS(q4_k, mv_q4_k)
@@ -1870,38 +1980,6 @@ MATVEC_FLOAT1(bf16, 2)
 // type (k halves), then warps × stages mbarriers.
 #define MVB_MAX_WARPS 16  // warps per block: the host picks up to this many
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-__device__ __forceinline__ void mvb_bar_init(u32 bar) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mvb_issue(u32 dst, const void* src, u32 bytes, u32 bar) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
-}
-__device__ __forceinline__ void mvb_wait(u32 bar, u32 parity) {
-    asm volatile(
-        "{\n .reg .pred p;\n MVB_WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra MVB_WAIT_%=;\n}" ::"r"(bar),
-        "r"(parity)
-        : "memory");
-}
-
-// What the block does to x before rounding it (`pro`): 0 nothing; 1 RMSNorm with weight `nw` and
-// `eps` (as rms_norm_f32: f32 squares summed in f64, here grouped by thread, then 1/sqrtf(mean +
-// eps), the scale, then the weight); 2 SwiGLU, x the gate and x2 the up projection (swiglu_f32's
-// arithmetic); 3 GeGLU through ggml's f16 table (geglu_f32's).
-#define MVB_PRO_NONE 0
-#define MVB_PRO_NORM 1
-#define MVB_PRO_SWIGLU 2
-#define MVB_PRO_GEGLU 3
-__device__ __forceinline__ float mvb_pro(int pro, float v, int i, int k, const float* x2, const float* nw,
-                                         float scale, const u16* table) {
-    if (pro == MVB_PRO_NORM) return __fmul_rn(__fmul_rn(v, scale), nw[i]);
-    if (pro == MVB_PRO_SWIGLU) return swiglu_one(v, x2[i], i, k);
-    if (pro == MVB_PRO_GEGLU) return geglu_one(v, x2[i], table);
-    return v;
-}
-
 template <int T>
 __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k,
                             const float* __restrict__ residual, int stages, int chunk, int pro,

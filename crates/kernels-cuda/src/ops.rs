@@ -921,6 +921,14 @@ fn rows_kernel_fits(dev: &CudaDevice, dtype: DType, cols: usize) -> Result<bool>
     Ok(rows_blocks_per_sm(dev, &f, mv_rows_shared(dtype, cols))? > 0)
 }
 
+/// Whether `matvec_q8_rows_*` fetches its rounds of Q4_K / Q5_K / Q6_K weights by bulk copies
+/// (sm_90+; `SYNAPTIX_ROWS_BULK=0`: by 16-byte `cp.async` from every lane, as below sm_90).
+fn rows_bulk(dev: &CudaDevice) -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    dev.info.compute_capability.0 >= 9
+        && !*OFF.get_or_init(|| std::env::var("SYNAPTIX_ROWS_BULK").as_deref() == Ok("0"))
+}
+
 /// Where `matvec_q8_rows_*` takes its activation row from.
 #[derive(Clone, Copy)]
 enum RowActs<'a> {
@@ -986,7 +994,8 @@ fn matvec_rows(
     segment_args(&mut l, w.rows, more)?;
     l.arg(raw)
         .arg(norm.map(|(g, _)| g))
-        .arg(norm.map_or(0.0f32, |(_, eps)| eps));
+        .arg(norm.map_or(0.0f32, |(_, eps)| eps))
+        .arg(i32::from(rows_bulk(dev)));
     // SAFETY: the shapes were checked (the epilogue's too) and m == 1: the warps split the rows
     // into disjoint ranges and write y[row] (plus bias[row], residual[row] reads) for their own
     // rows only; weight reads stay inside the row's super-blocks but for at most 14 bytes past
