@@ -135,7 +135,8 @@ fn kernel_paths(cc: (i32, i32)) -> String {
         },
         if cc.0 >= 9 {
             ". sm_90+: programmatic dependent launch; F16/BF16 decode rows of 2048+ values \
-             streamed into shared memory by bulk copies (TMA)"
+             and the k-quant decode kernel's weight rounds streamed into shared memory by bulk \
+             copies (TMA)"
         } else {
             ""
         }
