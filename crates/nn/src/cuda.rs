@@ -133,6 +133,42 @@ impl CudaBackend {
 
     /// An output tensor for an op that writes all of it (every kernel here does; the GPU
     /// parity tests poison outputs to check exactly that), so it is not cleared first.
+    /// `rms_norm(x) · Wᵢᵀ (+ biasᵢ)` for one row by `kernel` (an `ops` function that normalises
+    /// inside the products), or None where that kernel does not apply.
+    fn normed_products(
+        &self,
+        ws: &[(&DeviceMatrix, Option<&DeviceBuffer<f32>>)],
+        kernel: NormedProducts,
+        x: &CudaTensor,
+        w: &DeviceBuffer<f32>,
+        eps: f32,
+    ) -> Result<Option<Vec<CudaTensor>>> {
+        let mut outs = ws
+            .iter()
+            .map(|(m, _)| self.tensor(1, m.rows))
+            .collect::<Result<Vec<CudaTensor>>>()?;
+        let mut parts: Vec<ops::MatvecPart> = outs
+            .iter_mut()
+            .zip(ws)
+            .map(|(y, (m, b))| ops::MatvecPart {
+                w: m,
+                y: &mut y.buf,
+                bias: *b,
+            })
+            .collect();
+        let taken = kernel(&self.device, &mut parts, &x.buf, w, eps)?;
+        drop(parts);
+        Ok(taken.then_some(outs))
+    }
+
+    /// The kernels' name for `act`, and the GELU table GeGLU reads.
+    fn glu_kind(&self, act: Activation) -> Result<(Glu, Option<&DeviceBuffer<u16>>)> {
+        Ok(match act {
+            Activation::Silu => (Glu::Silu, None),
+            Activation::GeluTanh => (Glu::GeluTanh, Some(self.gelu_table()?)),
+        })
+    }
+
     fn tensor(&self, rows: usize, cols: usize) -> Result<CudaTensor> {
         Ok(CudaTensor {
             // SAFETY: see above: the op this is for writes every element before any read.
@@ -143,6 +179,16 @@ impl CudaBackend {
         })
     }
 }
+
+/// An `ops` product that normalises its one activation row itself (`rms_norm_matvec_many`,
+/// `rms_norm_matvec_float_many`).
+type NormedProducts = fn(
+    &CudaDevice,
+    &mut [ops::MatvecPart],
+    &DeviceBuffer<f32>,
+    &DeviceBuffer<f32>,
+    f32,
+) -> synaptix_kernels_cuda::Result<bool>;
 
 /// `SYNAPTIX_NO_FUSION` set: RMSNorm and the MLP activation run apart from the quantization of
 /// their outputs (for comparisons).
@@ -390,51 +436,19 @@ impl Backend for CudaBackend {
         // One row against F16 / BF16 weights (Hopper's bulk-copy kernel), or of up to
         // NORM_IN_MATVEC_MAX_COLS against k-quant weights (the row kernel): the product's blocks
         // normalise (and quantize) the row themselves.
-        if !fusion_disabled()
+        let one_row = !fusion_disabled() && x.rows == 1 && ws.iter().all(|(m, _)| m.cols == x.cols);
+        if one_row
             && !bulk_prologue_off()
-            && x.rows == 1
-            && ws
-                .iter()
-                .all(|(m, _)| m.cols == x.cols && ops::bulk_applies(&self.device, m))
+            && ws.iter().all(|(m, _)| ops::bulk_applies(&self.device, m))
         {
-            let mut outs = ws
-                .iter()
-                .map(|(m, _)| self.tensor(1, m.rows))
-                .collect::<Result<Vec<CudaTensor>>>()?;
-            let mut parts: Vec<ops::MatvecPart> = outs
-                .iter_mut()
-                .zip(ws)
-                .map(|(y, (m, b))| ops::MatvecPart {
-                    w: m,
-                    y: &mut y.buf,
-                    bias: *b,
-                })
-                .collect();
-            if ops::rms_norm_matvec_float_many(&self.device, &mut parts, &x.buf, w, eps)? {
-                drop(parts);
+            if let Some(outs) =
+                self.normed_products(ws, ops::rms_norm_matvec_float_many, x, w, eps)?
+            {
                 return Ok(outs);
             }
         }
-        if !fusion_disabled()
-            && x.rows == 1
-            && x.cols <= NORM_IN_MATVEC_MAX_COLS
-            && ws.iter().all(|(m, _)| m.cols == x.cols)
-        {
-            let mut outs = ws
-                .iter()
-                .map(|(m, _)| self.tensor(1, m.rows))
-                .collect::<Result<Vec<CudaTensor>>>()?;
-            let mut parts: Vec<ops::MatvecPart> = outs
-                .iter_mut()
-                .zip(ws)
-                .map(|(y, (m, b))| ops::MatvecPart {
-                    w: m,
-                    y: &mut y.buf,
-                    bias: *b,
-                })
-                .collect();
-            if ops::rms_norm_matvec_many(&self.device, &mut parts, &x.buf, w, eps)? {
-                drop(parts);
+        if one_row && x.cols <= NORM_IN_MATVEC_MAX_COLS {
+            if let Some(outs) = self.normed_products(ws, ops::rms_norm_matvec_many, x, w, eps)? {
                 return Ok(outs);
             }
         }
@@ -574,14 +588,7 @@ impl Backend for CudaBackend {
         {
             return self.glu(gate, up, act);
         }
-        let kind = match act {
-            Activation::Silu => Glu::Silu,
-            Activation::GeluTanh => Glu::GeluTanh,
-        };
-        let table = match kind {
-            Glu::GeluTanh => Some(self.gelu_table()?),
-            Glu::Silu => None,
-        };
+        let (kind, table) = self.glu_kind(act)?;
         let mut y = self.tensor(gate.rows, gate.cols)?;
         let mut acts = DeviceActs::new(&self.device, consumer.dtype, gate.rows, gate.cols)?;
         fused::glu_quantized(
@@ -612,14 +619,7 @@ impl Backend for CudaBackend {
             && residual.rows == 1
             && residual.cols == w.rows;
         if !fusion_disabled() && !bulk_prologue_off() && shapes_fit {
-            let kind = match act {
-                Activation::Silu => Glu::Silu,
-                Activation::GeluTanh => Glu::GeluTanh,
-            };
-            let table = match kind {
-                Glu::GeluTanh => Some(self.gelu_table()?),
-                Glu::Silu => None,
-            };
+            let (kind, table) = self.glu_kind(act)?;
             let mut y = self.tensor(1, w.rows)?;
             if ops::glu_matvec(
                 &self.device,
@@ -641,14 +641,7 @@ impl Backend for CudaBackend {
 
     fn glu(&self, gate: &CudaTensor, up: &CudaTensor, act: Activation) -> Result<CudaTensor> {
         let mut out = self.tensor(gate.rows, gate.cols)?;
-        let kind = match act {
-            Activation::Silu => Glu::Silu,
-            Activation::GeluTanh => Glu::GeluTanh,
-        };
-        let table = match kind {
-            Glu::GeluTanh => Some(self.gelu_table()?),
-            Glu::Silu => None,
-        };
+        let (kind, table) = self.glu_kind(act)?;
         ops::glu(
             &self.device,
             kind,
