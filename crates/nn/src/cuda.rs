@@ -131,8 +131,6 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// An output tensor for an op that writes all of it (every kernel here does; the GPU
-    /// parity tests poison outputs to check exactly that), so it is not cleared first.
     /// `rms_norm(x) · Wᵢᵀ (+ biasᵢ)` for one row by `kernel` (an `ops` function that normalises
     /// inside the products), or None where that kernel does not apply.
     fn normed_products(
@@ -169,6 +167,8 @@ impl CudaBackend {
         })
     }
 
+    /// An output tensor for an op that writes all of it (every kernel here does; the GPU
+    /// parity tests poison outputs to check exactly that), so it is not cleared first.
     fn tensor(&self, rows: usize, cols: usize) -> Result<CudaTensor> {
         Ok(CudaTensor {
             // SAFETY: see above: the op this is for writes every element before any read.
