@@ -162,3 +162,132 @@ fn nvrtc_compile(name: &str, source: &str, opts: &[String], arch: &str) -> Resul
     let _ = unsafe { result::destroy_program(prog) };
     out
 }
+
+/// Runs `work(i)` for every i in 0..n on up to `threads` threads at once.
+fn on_threads(n: usize, threads: usize, work: impl Fn(usize) + Sync) {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..threads.clamp(1, n.max(1)) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                work(i);
+            });
+        }
+    });
+}
+
+/// Compiles `files` for a card of `arch` on up to `threads` threads at once (NVRTC compiles
+/// independent programs concurrently), each file once; the results in `files`' order.
+pub fn compile_many(
+    files: &[&KernelFile],
+    arch: &str,
+    use_cache: bool,
+    threads: usize,
+) -> Vec<Result<Compiled>> {
+    let results: Vec<std::sync::OnceLock<Result<Compiled>>> =
+        files.iter().map(|_| std::sync::OnceLock::new()).collect();
+    on_threads(files.len(), threads, |i| {
+        let _ = results[i].set(compile(files[i], arch, use_cache));
+    });
+    results
+        .into_iter()
+        .map(|r| {
+            r.into_inner()
+                .unwrap_or_else(|| Err(CudaError::Nvrtc("a compile thread failed".into())))
+        })
+        .collect()
+}
+
+/// Every kernel file's CUBIN for one card, each compiled (or read from the cache) once: on
+/// first use, or ahead of it by [`KernelPrep::prefetch`]'s background threads, so that a cold
+/// start compiles the files side by side while the model loads. A file asked for while a
+/// background thread compiles it waits for that compile.
+pub struct KernelPrep {
+    arch: String,
+    use_cache: bool,
+    cells: Vec<std::sync::OnceLock<Result<Compiled>>>,
+}
+
+impl KernelPrep {
+    /// A preparation for cards of `arch`, reading and writing the disk cache when `use_cache`.
+    pub fn new(arch: &str, use_cache: bool) -> std::sync::Arc<KernelPrep> {
+        std::sync::Arc::new(KernelPrep {
+            arch: arch.to_string(),
+            use_cache,
+            cells: crate::sources::FILES
+                .iter()
+                .map(|_| std::sync::OnceLock::new())
+                .collect(),
+        })
+    }
+
+    /// The process's one preparation for `arch`, shared by every device of that architecture;
+    /// `started` tells whether this call created it.
+    pub fn for_arch(arch: &str) -> (std::sync::Arc<KernelPrep>, bool) {
+        use std::collections::HashMap;
+        use std::sync::{Arc, Mutex, OnceLock};
+        static PREPS: OnceLock<Mutex<HashMap<String, Arc<KernelPrep>>>> = OnceLock::new();
+        let table = PREPS.get_or_init(|| Mutex::new(HashMap::new()));
+        let Ok(mut table) = table.lock() else {
+            return (KernelPrep::new(arch, true), true);
+        };
+        match table.get(arch) {
+            Some(p) => (p.clone(), false),
+            None => {
+                let p = KernelPrep::new(arch, true);
+                table.insert(arch.to_string(), p.clone());
+                (p, true)
+            }
+        }
+    }
+
+    /// `file`'s CUBIN (compiled here, or by a background thread).
+    pub fn get(&self, file: &KernelFile) -> Result<&Compiled> {
+        let i = crate::sources::FILES
+            .iter()
+            .position(|f| f.name == file.name)
+            .ok_or_else(|| CudaError::UnknownKernel(file.name.to_string()))?;
+        match self.cells[i].get_or_init(|| compile(file, &self.arch, self.use_cache)) {
+            Ok(c) => Ok(c),
+            Err(e) => Err(duplicate(e)),
+        }
+    }
+
+    /// Starts compiling every kernel file this card runs on a background thread pool of up to
+    /// `threads` threads (the files already in the cache are only read).
+    pub fn prefetch(self: &std::sync::Arc<Self>, threads: usize) {
+        let prep = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("synaptix-nvrtc".into())
+            .spawn(move || {
+                let files: Vec<&KernelFile> = crate::sources::FILES
+                    .iter()
+                    .filter(|f| target_arch(f, &prep.arch).is_ok())
+                    .collect();
+                // Errors stay in the cells for the first use to report.
+                on_threads(files.len(), threads, |i| {
+                    let _ = prep.get(files[i]);
+                });
+            });
+        // Without the thread, each file compiles on first use as before.
+        drop(spawned);
+    }
+}
+
+/// A copy of a compile error for a second caller (CudaError holds driver errors that are not
+/// Clone; compiles never produce those).
+fn duplicate(e: &CudaError) -> CudaError {
+    match e {
+        CudaError::Unavailable(s) => CudaError::Unavailable(s.clone()),
+        CudaError::Compile { kernel, arch, log } => CudaError::Compile {
+            kernel: kernel.clone(),
+            arch: arch.clone(),
+            log: log.clone(),
+        },
+        CudaError::UnknownKernel(s) => CudaError::UnknownKernel(s.clone()),
+        other => CudaError::Nvrtc(other.to_string()),
+    }
+}

@@ -7,7 +7,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 
-use crate::compile::compile;
+use crate::compile::KernelPrep;
 use crate::probe::{cuda_status, CudaStatus, GpuInfo};
 use crate::sources::find;
 use crate::{CudaError, Result};
@@ -24,6 +24,9 @@ pub struct CudaDevice {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     modules: Mutex<HashMap<&'static str, Arc<CudaModule>>>,
+    /// The kernel files' CUBINs for this card (shared by the process's devices of one
+    /// architecture; compiled ahead by background threads with `SYNAPTIX_KERNEL_PREFETCH=1`).
+    prep: Arc<KernelPrep>,
     /// Seconds spent compiling or loading kernels (cold vs warm start reports).
     compile_seconds: Mutex<f64>,
     /// One zeroed u32 that multi-block reductions count finished blocks in (each launch leaves
@@ -75,11 +78,19 @@ impl CudaDevice {
         keep_pool_memory(&ctx);
         let pdl_supported = crate::launch::pdl_supported(info.compute_capability, driver_version);
         let pdl = pdl_supported && !crate::launch::pdl_disabled_by_env();
+        let (prep, created) = KernelPrep::for_arch(&info.arch());
+        // Off by default until a cold start with it has been checked on a GPU machine's NVRTC
+        // (CI checks concurrent compiles with the wheel's NVRTC 13.5).
+        if created && std::env::var("SYNAPTIX_KERNEL_PREFETCH").as_deref() == Ok("1") {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            prep.prefetch(cores);
+        }
         Ok(CudaDevice {
             info,
             ctx,
             stream,
             modules: Mutex::new(HashMap::new()),
+            prep,
             compile_seconds: Mutex::new(0.0),
             block_counter: std::sync::OnceLock::new(),
             pdl_supported,
@@ -128,8 +139,10 @@ impl CudaDevice {
                     let start = std::time::Instant::now();
                     let kf =
                         find(file).ok_or_else(|| CudaError::UnknownKernel(file.to_string()))?;
-                    let compiled = compile(kf, &self.info.arch(), true)?;
-                    let m = self.ctx.load_module(Ptx::from_binary(compiled.cubin))?;
+                    let compiled = self.prep.get(kf)?;
+                    let m = self
+                        .ctx
+                        .load_module(Ptx::from_binary(compiled.cubin.clone()))?;
                     if let Ok(mut s) = self.compile_seconds.lock() {
                         *s += start.elapsed().as_secs_f64();
                     }

@@ -18,12 +18,19 @@ fn every_kernel_compiles_for_every_target() {
         return;
     }
     let version = probe::nvrtc_version().expect("nvrtc version");
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
     let mut failures = Vec::new();
-    for file in sources::FILES {
+    for arch in ARCHS {
         // Hopper-only files (wgmma) are compiled for sm_90a, on sm_90 cards only.
-        let archs: &[&str] = if file.hopper_only { &["sm_90"] } else { ARCHS };
-        for arch in archs {
-            match compile::compile(file, arch, false) {
+        let files: Vec<&sources::KernelFile> = sources::FILES
+            .iter()
+            .filter(|f| !f.hopper_only || *arch == "sm_90")
+            .collect();
+        for (file, r) in files
+            .iter()
+            .zip(compile::compile_many(&files, arch, false, threads))
+        {
+            match r {
                 Ok(c) => {
                     assert!(c.cubin.len() > 100, "{}: tiny CUBIN for {arch}", file.name);
                     assert_eq!(
@@ -80,4 +87,29 @@ fn hopper_only_files_target_sm_90a_only() {
     }
     let plain = sources::find("gemm").expect("gemm is embedded");
     assert_eq!(compile::target_arch(plain, "sm_80").unwrap(), "sm_80");
+}
+
+/// NVRTC compiles several programs at once (the device's background preparation and the test
+/// above rely on it): every file for sm_90, prepared by `KernelPrep`'s four background threads,
+/// gives the bytes of the same file compiled alone, and asking for a file while a thread
+/// compiles it waits for that compile.
+#[test]
+fn background_preparation_gives_the_lone_compiles_bytes() {
+    if !probe::nvrtc_present() {
+        eprintln!("SKIPPED: libnvrtc not found");
+        return;
+    }
+    let prep = compile::KernelPrep::new("sm_90", false);
+    prep.prefetch(4);
+    for file in sources::FILES {
+        let together = prep
+            .get(file)
+            .unwrap_or_else(|e| panic!("{}: {e}", file.name));
+        let alone = compile::compile(file, "sm_90", false).unwrap();
+        assert!(
+            together.cubin == alone.cubin,
+            "{}: CUBINs differ",
+            file.name
+        );
+    }
 }
