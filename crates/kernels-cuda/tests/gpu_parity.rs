@@ -254,6 +254,52 @@ fn get_rows_and_matvec_every_format() {
 }
 
 /// Normal-ish activations of varied magnitude per block (block scales then differ a lot).
+/// ggml's GELU table: the f16 GELU (tanh approximation) of every f16 input, by its bits.
+fn gelu_table() -> Vec<u16> {
+    (0..=u16::MAX)
+        .map(|h| {
+            let x = half::f16::from_bits(h).to_f32();
+            let g = 0.5 * x * (1.0 + (0.797_884_6 * x * (1.0 + 0.044715 * x * x)).tanh());
+            half::f16::from_f32(g).to_bits()
+        })
+        .collect()
+}
+
+/// One part per (output, matrix, bias) for the many-matrix products.
+fn matvec_parts<'a>(
+    ys: &'a mut [DeviceBuffer<f32>],
+    weights: &'a [DeviceMatrix],
+    biases: &'a [DeviceBuffer<f32>],
+) -> Vec<ops::MatvecPart<'a>> {
+    ys.iter_mut()
+        .zip(weights.iter().zip(biases))
+        .map(|(y, (w, b))| ops::MatvecPart {
+            w,
+            y,
+            bias: Some(b),
+        })
+        .collect()
+}
+
+/// Random matrices of `(format, rows)` with `cols` columns on the device, and a random bias for
+/// each.
+fn random_matrices(
+    dev: &CudaDevice,
+    rng: &mut Rng,
+    mats: &[(DType, usize)],
+    cols: usize,
+) -> (Vec<DeviceMatrix>, Vec<DeviceBuffer<f32>>) {
+    mats.iter()
+        .map(|&(dtype, rows)| {
+            let bytes = random_weights(rng, dtype, rows, cols);
+            (
+                DeviceMatrix::upload(dev, dtype, rows, cols, &bytes).unwrap(),
+                dev.upload(&rng.vec(rows, 1.0)).unwrap(),
+            )
+        })
+        .unzip()
+}
+
 fn activations(rng: &mut Rng, m: usize, cols: usize) -> Vec<f32> {
     let mut x = rng.vec(m * cols, 1.0);
     for (i, v) in x.iter_mut().enumerate() {
@@ -1198,25 +1244,11 @@ fn rms_norm_matvec_many_matches_norm_then_matvec() {
         let x = activations(&mut rng, 1, cols);
         let g = rng.vec(cols, 1.0);
         let (dx, dg) = (dev.upload(&x).unwrap(), dev.upload(&g).unwrap());
-        let mut weights = Vec::new();
-        let mut biases = Vec::new();
-        for &(dtype, rows) in mats {
-            let bytes = random_weights(&mut rng, dtype, rows, cols);
-            weights.push(DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap());
-            biases.push(dev.upload(&rng.vec(rows, 1.0)).unwrap());
-        }
+        let (weights, biases) = random_matrices(&dev, &mut rng, mats, cols);
         let run = |fused: bool| -> Vec<Vec<u32>> {
             let mut ys: Vec<DeviceBuffer<f32>> =
                 weights.iter().map(|w| poisoned(&dev, w.rows)).collect();
-            let mut parts: Vec<ops::MatvecPart> = ys
-                .iter_mut()
-                .zip(weights.iter().zip(&biases))
-                .map(|(y, (w, b))| ops::MatvecPart {
-                    w,
-                    y,
-                    bias: Some(b),
-                })
-                .collect();
+            let mut parts = matvec_parts(&mut ys, &weights, &biases);
             if fused {
                 assert!(ops::rms_norm_matvec_many(&dev, &mut parts, &dx, &dg, 1e-6).unwrap());
             } else {
@@ -1292,14 +1324,7 @@ fn fused_glu_quantize_matches_separate_ops() {
     let Some((dev, mut rng)) = device() else {
         return;
     };
-    let table: Vec<u16> = (0..=u16::MAX)
-        .map(|h| {
-            let x = half::f16::from_bits(h).to_f32();
-            let g = 0.5 * x * (1.0 + (0.797_884_6 * x * (1.0 + 0.044715 * x * x)).tanh());
-            half::f16::from_f32(g).to_bits()
-        })
-        .collect();
-    let dtable = dev.upload(&table).unwrap();
+    let dtable = dev.upload(&gelu_table()).unwrap();
     for kind in [ops::Glu::Silu, ops::Glu::GeluTanh] {
         for (weight, rows, cols) in [
             (DType::Q4_0, 1, 4864),
@@ -1605,14 +1630,7 @@ fn bulk_matvec_prologues_match_separate_ops() {
         return;
     };
     let hopper = dev.info.compute_capability.0 >= 9;
-    let table: Vec<u16> = (0..=u16::MAX)
-        .map(|h| {
-            let x = half::f16::from_bits(h).to_f32();
-            let g = 0.5 * x * (1.0 + (0.797_884_6 * x * (1.0 + 0.044715 * x * x)).tanh());
-            half::f16::from_f32(g).to_bits()
-        })
-        .collect();
-    let dtable = dev.upload(&table).unwrap();
+    let dtable = dev.upload(&gelu_table()).unwrap();
     let bits = |b: &DeviceBuffer<f32>| -> Vec<u32> {
         dev.download(b)
             .unwrap()
@@ -1629,25 +1647,12 @@ fn bulk_matvec_prologues_match_separate_ops() {
             let x = activations(&mut rng, 1, cols);
             let g = rng.vec(cols, 1.0);
             let (dx, dg) = (dev.upload(&x).unwrap(), dev.upload(&g).unwrap());
-            let mut weights = Vec::new();
-            let mut biases = Vec::new();
-            for &rows in heights {
-                let bytes = random_weights(&mut rng, dtype, rows, cols);
-                weights.push(DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap());
-                biases.push(dev.upload(&rng.vec(rows, 1.0)).unwrap());
-            }
+            let mats: Vec<(DType, usize)> = heights.iter().map(|&rows| (dtype, rows)).collect();
+            let (weights, biases) = random_matrices(&dev, &mut rng, &mats, cols);
             let run = |fused: bool| -> Option<Vec<Vec<u32>>> {
                 let mut ys: Vec<DeviceBuffer<f32>> =
                     weights.iter().map(|w| poisoned(&dev, w.rows)).collect();
-                let mut parts: Vec<ops::MatvecPart> = ys
-                    .iter_mut()
-                    .zip(weights.iter().zip(&biases))
-                    .map(|(y, (w, b))| ops::MatvecPart {
-                        w,
-                        y,
-                        bias: Some(b),
-                    })
-                    .collect();
+                let mut parts = matvec_parts(&mut ys, &weights, &biases);
                 if fused {
                     let taken =
                         ops::rms_norm_matvec_float_many(&dev, &mut parts, &dx, &dg, 1e-6).unwrap();
