@@ -958,11 +958,20 @@ __device__ __forceinline__ void attn_cp_async16(void* dst, const void* src) {
 // floats (hd + stage_rows + 8, rounded up to a multiple of 4), then K and V [stage_rows][hd]
 // halves each. A row attending more than stage_rows positions (which the host rules out) or a
 // position outside the cache gets NaN.
-extern "C" __global__ void attention_one_pass_f32(float* out, const float* q, const u16* k, const u16* v,
-                                                  const i32* table, const i32* pos, int n_heads, int n_kv_heads,
-                                                  int hd, int window, int capacity, int stage_rows, float scale,
-                                                  u8* acts, long long acts_meta, long long acts_bsums,
-                                                  int acts_format, u32* acts_tickets) {
+//
+// With `k_new` (one row, the decode step's: the host checks), the step's key and value are not in
+// the cache yet: the block rotates its query head in place and the key of its KV head (RoPE with
+// the (cos, sin) of `cs`, rope_qk_store_f32's arithmetic), puts that key and value (rounded to
+// f16) in shared memory as the current row, and the first query head of each KV group stores
+// them in the cache and the rotated f32 key in `k_rot` (the tensor the host returns as the
+// rotated keys). Then no RoPE-and-store launch precedes this one.
+extern "C" __global__ void attention_one_pass_f32(float* out, float* q, u16* k, u16* v, const i32* table,
+                                                  const i32* pos, int n_heads, int n_kv_heads, int hd,
+                                                  int window, int capacity, int stage_rows, float scale, u8* acts,
+                                                  long long acts_meta, long long acts_bsums, int acts_format,
+                                                  u32* acts_tickets, const float* k_new, const float* v_new,
+                                                  float* k_rot, const float* cs, int n_rot, int neox,
+                                                  float scale_q, int use_scale) {
     PDL_WAITS_INSIDE();
     extern __shared__ __align__(16) float smem[];
     __shared__ double red[8 * ATTN_THREADS];
@@ -995,10 +1004,48 @@ extern "C" __global__ void attention_one_pass_f32(float* out, const float* q, co
         for (int d = threadIdx.x; d < hd; d += blockDim.x) out[head * hd + d] = __int_as_float(0x7fc00000);
         return;
     }
-    stage(early_end, p + 1);
+    if (k_new) {
+        const int half = n_rot / 2;
+        const bool leader = h % (n_heads / n_kv_heads) == 0;
+        float* qh = q + head * hd;
+        const float* kh = k_new + (i64)kvh * hd;
+        const float* vh = v_new + (i64)kvh * hd;
+        u16* ksr = ks + (i64)(p - first) * hd;
+        u16* vsr = vs + (i64)(p - first) * hd;
+        for (int i = threadIdx.x; i < half; i += blockDim.x) {
+            const rope_pair rq = rope_rotate(qh, cs, i, half, neox, use_scale != 0, scale_q);
+            qh[rq.a] = rq.r0;
+            qh[rq.b] = rq.r1;
+            const rope_pair rk = rope_rotate(kh, cs, i, half, neox, false, 1.0f);
+            const u16 a = f32_to_f16(rk.r0), b = f32_to_f16(rk.r1);
+            ksr[rk.a] = a;
+            ksr[rk.b] = b;
+            if (leader) {
+                k[kv_index(table, p, kvh, rk.a, n_kv_heads, hd)] = a;
+                k[kv_index(table, p, kvh, rk.b, n_kv_heads, hd)] = b;
+                k_rot[(i64)kvh * hd + rk.a] = rk.r0;
+                k_rot[(i64)kvh * hd + rk.b] = rk.r1;
+            }
+        }
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+            const u16 c = f32_to_f16(vh[d]);
+            vsr[d] = c;
+            if (leader) v[kv_index(table, p, kvh, d, n_kv_heads, hd)] = c;
+            if (d >= n_rot) {
+                const u16 a = f32_to_f16(kh[d]);
+                ksr[d] = a;
+                if (leader) {
+                    k[kv_index(table, p, kvh, d, n_kv_heads, hd)] = a;
+                    k_rot[(i64)kvh * hd + d] = kh[d];
+                }
+            }
+        }
+    } else {
+        stage(early_end, p + 1);
+    }
     asm volatile("cp.async.commit_group;" ::: "memory");
     asm volatile("cp.async.wait_group 0;" ::: "memory");
-    __syncthreads();
+    __syncthreads();  // the staged rows, the current row and the rotated query are in place
     attention_short<true>(out + head * hd, q + head * hd, k, v, table, kvh, n_kv_heads, hd, scale, first, p, smem,
                           red, ks, vs);
     quantize_head(out, acts, acts_meta, acts_bsums, acts_format, acts_tickets, head, hd);

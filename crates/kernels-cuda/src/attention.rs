@@ -538,7 +538,7 @@ pub fn attention(
         return Ok(());
     }
     if rows <= DECODE_ROWS && kv.head_dim <= DECODE_MAX_HEAD_DIM {
-        return attention_decode(dev, out, None, q, kv, positions, p);
+        return attention_decode(dev, out, None, q, kv, positions, p, None);
     }
     let tiled = tiled_supported(kv.head_dim);
     let choice = match prefill_kernel() {
@@ -607,10 +607,101 @@ pub fn attention_quantized(
         return Ok(());
     }
     if attention_quantizes_inside(kv.head_dim, rows, acts.dtype) {
-        return attention_decode(dev, out, Some(acts), q, kv, positions, p);
+        return attention_decode(dev, out, Some(acts), q, kv, positions, p, None);
     }
     attention(dev, out, q, kv, positions, p)?;
     crate::ops::quantize_acts(dev, acts, out)
+}
+
+/// The decode step's new key and value for [`rope_store_attention`], before RoPE, and what
+/// rotates them.
+pub struct NewRow<'a> {
+    /// `[1, n_kv_heads * head_dim]` keys, unrotated.
+    pub k: &'a DeviceBuffer<f32>,
+    /// `[1, n_kv_heads * head_dim]` values.
+    pub v: &'a DeviceBuffer<f32>,
+    /// Receives the rotated keys, as `rope_qk_store` leaves them in `k`.
+    pub k_rot: &'a mut DeviceBuffer<f32>,
+    /// The row's RoPE (cos, sin) table: `n_rot / 2` pairs.
+    pub cos_sin: &'a DeviceBuffer<f32>,
+    pub rope: RopeParams,
+    pub q_scale: Option<f32>,
+}
+
+/// `SYNAPTIX_ROPE_IN_ATTN=1`: the CUDA backend's decode steps take [`rope_store_attention`]
+/// (off until measured on a GPU).
+pub fn rope_in_attention() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("SYNAPTIX_ROPE_IN_ATTN").as_deref() == Ok("1"))
+}
+
+/// [`rope_qk_store`] then [`attention`] (or [`attention_quantized`] with `acts`) in one launch
+/// for one decode row, where the one-pass kernel applies (head dimension 32..256, every position
+/// within the one-pass limit, K and V of the staged rows in shared memory): the kernel rotates
+/// q in place and the new key, stores the new row in the cache and attends. Returns false,
+/// launching nothing, where it does not apply; the caller then runs the two steps.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_store_attention(
+    dev: &CudaDevice,
+    out: &mut DeviceBuffer<f32>,
+    acts: Option<&mut DeviceActs>,
+    q: &mut DeviceBuffer<f32>,
+    new: NewRow,
+    kv: &mut DeviceKv,
+    positions: &DeviceBuffer<i32>,
+    p: AttentionParams,
+) -> Result<bool> {
+    let rows = positions.len();
+    let hd = kv.head_dim;
+    if rows != 1
+        || !matches!(hd, 32 | 64 | 128 | 256)
+        || !staged_attention()
+        || p.max_pos >= short_max()
+    {
+        return Ok(false);
+    }
+    check_attention(out, q, kv, rows, &p)?;
+    let (r, half, kw) = (new.rope, new.rope.n_rot / 2, kv.n_kv_heads * hd);
+    check(
+        "rope_store_attention",
+        r.head_dim == hd
+            && r.n_heads == p.n_heads
+            && r.n_rot <= hd
+            && r.n_rot.is_multiple_of(2)
+            && half > 0
+            && new.k.len() == kw
+            && new.v.len() == kw
+            && new.k_rot.len() == kw
+            && new.cos_sin.len() == half * 2
+            && (new.q_scale.is_none() || r.n_rot == hd),
+        || {
+            format!(
+                "k {} v {} k_rot {} table {} for {} kv heads × {hd}, n_rot {}, scale {:?}",
+                new.k.len(),
+                new.v.len(),
+                new.k_rot.len(),
+                new.cos_sin.len(),
+                kv.n_kv_heads,
+                r.n_rot,
+                new.q_scale
+            )
+        },
+    )?;
+    if let Some(a) = acts.as_ref() {
+        if !attention_quantizes_inside(hd, rows, a.dtype)
+            || a.rows != rows
+            || a.cols != p.n_heads * hd
+        {
+            return Ok(false);
+        }
+    }
+    let f = dev.function("attention", "attention_one_pass_f32")?;
+    let smem = one_pass_shared(hd, short_max().min(kv.capacity));
+    if smem > ONE_PASS_MAX_SHARED || dev.max_shared_memory(&f)? < smem {
+        return Ok(false);
+    }
+    attention_decode(dev, out, acts, q, kv, positions, p, Some(new))?;
+    Ok(true)
 }
 
 /// Whether `attention_rows_f32` covers a head dimension (hd / 8 lanes per cache row, 4..=32).
@@ -805,6 +896,7 @@ pub fn attention_flash(
 /// `head_dim <= DECODE_MAX_HEAD_DIM`; `acts`, when given, checked by
 /// [`attention_quantized`]: Q8_0 or Q8_1 of `[rows, n_heads * head_dim]`, head_dim a
 /// multiple of 32).
+#[allow(clippy::too_many_arguments)]
 fn attention_decode(
     dev: &CudaDevice,
     out: &mut DeviceBuffer<f32>,
@@ -813,6 +905,7 @@ fn attention_decode(
     kv: &mut DeviceKv,
     positions: &DeviceBuffer<i32>,
     p: AttentionParams,
+    new: Option<NewRow>,
 ) -> Result<()> {
     let rows = positions.len();
     kv.reserve_decode(dev, p.n_heads, rows)?;
@@ -907,8 +1000,8 @@ fn attention_decode(
             let mut l = Launch::new(dev, &f);
             l.arg(out)
                 .arg(q)
-                .arg(&kv.k)
-                .arg(&kv.v)
+                .arg(&mut kv.k)
+                .arg(&mut kv.v)
                 .arg(&kv.block_table)
                 .arg(positions)
                 .arg(nh)
@@ -923,6 +1016,33 @@ fn attention_decode(
                 .arg(acts_bsums)
                 .arg(acts_format)
                 .arg(&mut s.tickets_quant);
+            match new {
+                Some(n) => {
+                    l.arg(n.k)
+                        .arg(n.v)
+                        .arg(n.k_rot)
+                        .arg(n.cos_sin)
+                        .arg(i32_arg("attention", "n_rot", n.rope.n_rot)?)
+                        .arg(n.rope.neox as i32)
+                        .arg(n.q_scale.unwrap_or(1.0))
+                        .arg(n.q_scale.is_some() as i32);
+                }
+                None => {
+                    let none: Option<&DeviceBuffer<f32>> = None;
+                    l.arg(none)
+                        .arg(none)
+                        .arg(None::<&mut DeviceBuffer<f32>>)
+                        .arg(none)
+                        .arg(0i32)
+                        .arg(0i32)
+                        .arg(1.0f32)
+                        .arg(0i32);
+                }
+            }
+            // With a new row: the query heads rotated in place (q is the caller's to change:
+            // `rope_store_attention` holds it mutably), the new row read from k and v ([1, n_kv
+            // × hd], checked there) and written at the row's position through the block table,
+            // and the rotated keys into k_rot of the same shape.
             // SAFETY: grid (1, n_heads, rows), ATTN_THREADS threads, hd / 8 lanes per cache row
             // (hd in 32..=256, checked above); every row attends at most max_pos + 1 <= short
             // positions, all below the capacity, so at most stage_rows (the kernel checks it and
@@ -939,6 +1059,12 @@ fn attention_decode(
             }?;
             return Ok(());
         }
+    }
+    if new.is_some() {
+        return Err(CudaError::Invalid {
+            op: "attention",
+            detail: "the new row needs the one-pass kernel, which does not apply here".into(),
+        });
     }
 
     let f = dev.function("attention", "attention_pv_f32")?;

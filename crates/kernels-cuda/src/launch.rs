@@ -22,7 +22,7 @@ use cudarc::driver::{sys, CudaFunction, DevicePtr, LaunchConfig};
 use crate::{CudaDevice, CudaError, DeviceBuffer, Result};
 
 /// Most arguments one launch takes (the widest kernel, `attention_scores_f32`, has 16).
-const MAX_ARGS: usize = 24;
+const MAX_ARGS: usize = 32;
 
 /// Whether a device with this compute capability, on this driver, can take PDL launches; the
 /// environment switch is read by the caller.

@@ -1803,9 +1803,9 @@ pub fn matvec_dequant(
 // The KV cache and attention live in `attention.rs`.
 pub use crate::attention::{
     attention, attention_flash, attention_quantized, attention_quantizes_inside, attention_rows,
-    attention_single_block, attention_tiled, kv_store, rope_qk_store,
-    short_max as attention_one_pass_max, AttentionParams, DeviceKv, ATTN_SPAN, DECODE_ROWS,
-    FLASH_MIN_ROWS, KV_PAGE,
+    attention_single_block, attention_tiled, kv_store, rope_in_attention, rope_qk_store,
+    rope_store_attention, short_max as attention_one_pass_max, AttentionParams, DeviceKv, NewRow,
+    ATTN_SPAN, DECODE_ROWS, FLASH_MIN_ROWS, KV_PAGE,
 };
 
 /// Index of the largest value (lowest on ties), computed on the GPU.

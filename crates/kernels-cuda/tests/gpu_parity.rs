@@ -1725,3 +1725,195 @@ fn bulk_matvec_prologues_match_separate_ops() {
     assert!(!ops::rms_norm_matvec_float_many(&dev, &mut parts, &dx, &dg, 1e-6).unwrap());
     assert!(dev.download(&y).unwrap().iter().all(|v| v.is_nan()));
 }
+
+/// One decode row through `rope_store_attention` (RoPE of q and of the new key, the cache store
+/// and the one-pass attention in one launch) gives the bits of `rope_qk_store` then `attention`
+/// (or `attention_quantized`): the output, the quantized output, the rotated queries and keys,
+/// and the caches. GQA groups of 1 and 4, partial and full rotations, a query scale, a sliding
+/// window, Q8_0 and Q8_K activations, head dimensions 32 to 256; a row at or past the one-pass
+/// limit is refused (false, nothing written).
+#[test]
+fn rope_store_attention_matches_rope_store_then_attention() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let bits = |b: &DeviceBuffer<f32>| -> Vec<u32> {
+        dev.download(b)
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    };
+    // (n_q, n_k, head_dim, n_rot, neox, q_scale, window, position, activations)
+    type Case = (
+        usize,
+        usize,
+        usize,
+        usize,
+        bool,
+        Option<f32>,
+        Option<usize>,
+        i32,
+        Option<DType>,
+    );
+    let cases: [Case; 6] = [
+        (8, 2, 64, 64, true, None, None, 37, None),
+        (
+            4,
+            4,
+            128,
+            128,
+            false,
+            Some(0.125),
+            None,
+            0,
+            Some(DType::Q8_0),
+        ),
+        (16, 2, 64, 32, true, None, None, 150, Some(DType::Q8K)),
+        (8, 2, 128, 128, true, None, Some(16), 100, None),
+        (
+            6,
+            2,
+            256,
+            256,
+            false,
+            Some(0.0625),
+            None,
+            90,
+            Some(DType::Q8_0),
+        ),
+        (8, 1, 32, 32, true, None, None, 255, None),
+    ];
+    for (n_q, n_k, hd, n_rot, neox, q_scale, window, position, act) in cases {
+        // Head dimension 256 stages K and V in shared memory up to about 150 positions.
+        let cap = if hd == 256 { 128 } else { 300 };
+        let pages = cap / ops::KV_PAGE + 1;
+        let order: Vec<usize> = (0..pages).map(|i| (i * 7) % pages).collect();
+        let base_k = rng.vec(cap * n_k * hd, 1.0);
+        let base_v = rng.vec(cap * n_k * hd, 1.0);
+        let all: Vec<i32> = (0..cap as i32).collect();
+        let cache = || {
+            let mut kv = DeviceKv::with_pages(&dev, n_k, hd, cap, pages, &order).unwrap();
+            let (k, v) = (dev.upload(&base_k).unwrap(), dev.upload(&base_v).unwrap());
+            ops::kv_store(&dev, &mut kv, &k, &v, &dev.upload(&all).unwrap()).unwrap();
+            kv
+        };
+        let rope = RopeParams {
+            n_heads: n_q,
+            head_dim: hd,
+            n_rot,
+            neox,
+        };
+        let params = AttentionParams {
+            n_heads: n_q,
+            scale: 1.0 / (hd as f32).sqrt(),
+            window,
+            max_pos: position as usize,
+        };
+        let q = rng.vec(n_q * hd, 1.0);
+        let k = rng.vec(n_k * hd, 1.0);
+        let v = rng.vec(n_k * hd, 1.0);
+        let table = dev.upload(&rng.vec(n_rot, 1.0)).unwrap();
+        let dpos = dev.upload(&[position]).unwrap();
+        let (dk, dv) = (dev.upload(&k).unwrap(), dev.upload(&v).unwrap());
+        let what = format!("{n_q}/{n_k} heads × {hd}, n_rot {n_rot}, position {position}, {act:?}");
+
+        let (mut fq, mut fkv) = (dev.upload(&q).unwrap(), cache());
+        let mut fk_rot = poisoned(&dev, n_k * hd);
+        let mut fout = poisoned(&dev, n_q * hd);
+        let mut facts = act.map(|a| ops::DeviceActs::new(&dev, a, 1, n_q * hd).unwrap());
+        let new = ops::NewRow {
+            k: &dk,
+            v: &dv,
+            k_rot: &mut fk_rot,
+            cos_sin: &table,
+            rope,
+            q_scale,
+        };
+        let taken = ops::rope_store_attention(
+            &dev,
+            &mut fout,
+            facts.as_mut(),
+            &mut fq,
+            new,
+            &mut fkv,
+            &dpos,
+            params,
+        )
+        .unwrap();
+        assert!(taken, "{what}: the fused launch applies");
+
+        let (mut sq, mut sk, mut skv) = (dev.upload(&q).unwrap(), dev.upload(&k).unwrap(), cache());
+        ops::rope_qk_store(
+            &dev, &mut sq, &mut sk, &dv, &mut skv, &table, rope, &dpos, q_scale,
+        )
+        .unwrap();
+        let mut sout = poisoned(&dev, n_q * hd);
+        let mut sacts = act.map(|a| ops::DeviceActs::new(&dev, a, 1, n_q * hd).unwrap());
+        match sacts.as_mut() {
+            Some(a) => {
+                ops::attention_quantized(&dev, &mut sout, a, &sq, &mut skv, &dpos, params).unwrap()
+            }
+            None => ops::attention(&dev, &mut sout, &sq, &mut skv, &dpos, params).unwrap(),
+        }
+        assert_eq!(bits(&fout), bits(&sout), "output, {what}");
+        assert_eq!(bits(&fq), bits(&sq), "rotated queries, {what}");
+        assert_eq!(bits(&fk_rot), bits(&sk), "rotated keys, {what}");
+        assert_eq!(
+            dev.download(&fkv.k).unwrap(),
+            dev.download(&skv.k).unwrap(),
+            "key cache, {what}"
+        );
+        assert_eq!(
+            dev.download(&fkv.v).unwrap(),
+            dev.download(&skv.v).unwrap(),
+            "value cache, {what}"
+        );
+        if let (Some(f), Some(s)) = (facts, sacts) {
+            assert_eq!(
+                f.to_ggml_bytes(&dev).unwrap(),
+                s.to_ggml_bytes(&dev).unwrap(),
+                "activations, {what}"
+            );
+        }
+    }
+    // Past the one-pass limit: refused, nothing written.
+    let (n_q, n_k, hd) = (4, 2, 64);
+    let cap = ops::attention_one_pass_max() + 64;
+    let mut kv = DeviceKv::new(&dev, n_k, hd, cap).unwrap();
+    let position = ops::attention_one_pass_max() as i32;
+    let mut q = dev.upload(&rng.vec(n_q * hd, 1.0)).unwrap();
+    let (k, v) = (
+        dev.upload(&rng.vec(n_k * hd, 1.0)).unwrap(),
+        dev.upload(&rng.vec(n_k * hd, 1.0)).unwrap(),
+    );
+    let mut k_rot = poisoned(&dev, n_k * hd);
+    let mut out = poisoned(&dev, n_q * hd);
+    let table = dev.upload(&rng.vec(hd, 1.0)).unwrap();
+    let new = ops::NewRow {
+        k: &k,
+        v: &v,
+        k_rot: &mut k_rot,
+        cos_sin: &table,
+        rope: RopeParams {
+            n_heads: n_q,
+            head_dim: hd,
+            n_rot: hd,
+            neox: true,
+        },
+        q_scale: None,
+    };
+    let params = AttentionParams {
+        n_heads: n_q,
+        scale: 0.125,
+        window: None,
+        max_pos: position as usize,
+    };
+    let dpos = dev.upload(&[position]).unwrap();
+    assert!(
+        !ops::rope_store_attention(&dev, &mut out, None, &mut q, new, &mut kv, &dpos, params)
+            .unwrap()
+    );
+    assert!(dev.download(&out).unwrap().iter().all(|v| v.is_nan()));
+    assert!(dev.download(&k_rot).unwrap().iter().all(|v| v.is_nan()));
+}

@@ -721,6 +721,53 @@ impl Backend for CudaBackend {
             neox: rope.style == RopeStyle::Neox,
         };
         let table = self.rope_table(rope, pos)?;
+        let params = AttentionParams {
+            n_heads,
+            scale: spec.scale,
+            window: spec.window,
+            max_pos,
+        };
+        // One decode row: RoPE and the cache store inside the one-pass attention launch.
+        if ops::rope_in_attention() && q.rows == 1 {
+            let mut out = self.tensor(q.rows, q.cols)?;
+            let mut k_rot = self.tensor(k.rows, k.cols)?;
+            let mut acts = match ops::activation_format(consumer.dtype) {
+                Some(format)
+                    if consumer.cols == q.cols
+                        && ops::attention_quantizes_inside(head_dim, q.rows, format) =>
+                {
+                    Some(DeviceActs::new(
+                        &self.device,
+                        consumer.dtype,
+                        q.rows,
+                        q.cols,
+                    )?)
+                }
+                _ => None,
+            };
+            let new = ops::NewRow {
+                k: &k.buf,
+                v: &v.buf,
+                k_rot: &mut k_rot.buf,
+                cos_sin: &table,
+                rope: rope_params,
+                q_scale,
+            };
+            if ops::rope_store_attention(
+                &self.device,
+                &mut out.buf,
+                acts.as_mut(),
+                &mut q.buf,
+                new,
+                kv,
+                &pos.dev,
+                params,
+            )? {
+                *k = k_rot;
+                out.prepared = acts.map(Arc::new);
+                return Ok(out);
+            }
+        }
         ops::rope_qk_store(
             &self.device,
             &mut q.buf,
@@ -733,12 +780,6 @@ impl Backend for CudaBackend {
             q_scale,
         )?;
         let mut out = self.tensor(q.rows, q.cols)?;
-        let params = AttentionParams {
-            n_heads,
-            scale: spec.scale,
-            window: spec.window,
-            max_pos,
-        };
         match ops::activation_format(consumer.dtype) {
             Some(format)
                 if consumer.cols == q.cols
