@@ -32,8 +32,8 @@ typedef long long i64;
 // The exceptions begin with PDL_WAITS_INSIDE() (which expands to nothing) and read, before their
 // PDL_WAIT(), only what no kernel of the step writes: the matvecs start loading their weight
 // matrix (read-only), attention_one_pass_f32 the host-written positions and block table and the
-// cache rows below every position (written by earlier steps). Their DRAM latency then overlaps
-// the previous kernel's tail.
+// cache rows below every position (written by earlier steps), the decode RMSNorms their norm
+// weights. Their DRAM latency then overlaps the previous kernel's tail.
 #define PDL_WAITS_INSIDE()
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
 #define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")

@@ -1977,14 +1977,15 @@ MATVEC_FLOAT1(bf16, 2)
 // lane, then across the warp: exact sums of exact products, so the same bits (see above).
 //
 // Dynamic shared memory: the ring (warps × stages × chunk bytes), then x rounded to the weights'
-// type (k halves), then warps × stages mbarriers.
+// type (k halves), then warps × stages mbarriers, then (with `balance`) a double per chunk of
+// the block's rows.
 #define MVB_MAX_WARPS 16  // warps per block: the host picks up to this many
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
 template <int T>
 __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k,
                             const float* __restrict__ residual, int stages, int chunk, int pro,
                             const float* __restrict__ x2, const float* __restrict__ nw, float eps,
-                            const u16* __restrict__ table) {
+                            const u16* __restrict__ table, int balance) {
     extern __shared__ uint4 mvb_smem[];
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, n_warps = blockDim.x / WARP;
     const int row_bytes = k * 2;
@@ -1992,15 +1993,24 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
     uint4* x16 = (uint4*)((u8*)mvb_smem + (size_t)n_warps * stages * chunk);
     const u32 bars = (u32)__cvta_generic_to_shared((u8*)x16 + ((k / 8) * 16)) + 8u * warp * stages;
     const u32 ring_s = (u32)__cvta_generic_to_shared(ring);
-    // This block's rows [r0, r1); this warp's: r0 + warp, r0 + warp + n_warps, ...
+    // This block's rows [r0, r1). Without `balance`, this warp's rows are r0 + warp, r0 + warp
+    // + n_warps, ...; with it, the block's (r1 - r0) per_row chunks are split evenly between its
+    // warps in order ([C w / n_warps, C (w + 1) / n_warps)), so a row may span several warps:
+    // each warp leaves the sum of its part of a row in shared memory (`parts`, at the part's
+    // first chunk) and the block adds a row's parts in order at the end.
     const int G = gridDim.x, n = sg.n_out;
     const int r0 = (int)((i64)blockIdx.x * n / G), r1 = (int)((i64)(blockIdx.x + 1) * n / G);
     const int per_row = (row_bytes + chunk - 1) / chunk;
+    const int block_chunks = (r1 - r0) * per_row;
+    const int first = balance ? (int)((i64)block_chunks * warp / n_warps) : 0;
     const int my_rows = r1 - r0 > warp ? (r1 - r0 - warp + n_warps - 1) / n_warps : 0;
-    const int n_chunks = my_rows * per_row;
-    // Chunk c: row r0 + warp + (c / per_row) n_warps, bytes (c % per_row) chunk onwards.
+    const int n_chunks = balance ? (int)((i64)block_chunks * (warp + 1) / n_warps) - first : my_rows * per_row;
+    double* parts = (double*)((u8*)x16 + ((k / 8) * 16) + 8 * n_warps * stages);
+    // This warp's chunk c: local chunk (row - r0) per_row + (chunk index in the row).
+    auto local = [&](int c) { return balance ? first + c : (warp + (c / per_row) * n_warps) * per_row + c % per_row; };
     auto issue = [&](int c) {
-        const int row = r0 + warp + (c / per_row) * n_warps, off = (c % per_row) * chunk;
+        const int lc = local(c);
+        const int row = r0 + lc / per_row, off = (lc % per_row) * chunk;
         const int s = sg.seg(row);
         const u8* src = sg.w(s) + (i64)(row - sg.first(s)) * row_bytes + off;
         const int slot = c % stages;
@@ -2040,9 +2050,12 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
     // Four sums per lane (products e, e + 4 of each word into sum e % 4), so that consecutive
     // products do not wait on one another's f64 additions; added pairwise at the row's end.
     double acc[4] = {0.0, 0.0, 0.0, 0.0};
+    int part_start = local(0);  // the local chunk this warp's current part of a row began at
     for (int c = 0; c < n_chunks; ++c) {
         const int slot = c % stages;
-        const int off = (c % per_row) * chunk, bytes = min(chunk, row_bytes - off);
+        const int lc = local(c);
+        const int off = (lc % per_row) * chunk, bytes = min(chunk, row_bytes - off);
+        if (lc % per_row == 0) part_start = lc;
         mvb_wait(bars + 8u * slot, (u32)(c / stages) & 1u);
         const uint4* words = (const uint4*)(ring + slot * chunk);
 #pragma unroll 2
@@ -2056,14 +2069,32 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our reads, then the copy's writes
             issue(c + stages);
         }
-        if (c % per_row == per_row - 1) {
-            const int row = r0 + warp + (c / per_row) * n_warps;
+        if (lc % per_row == per_row - 1 || (balance && c == n_chunks - 1)) {
+            const int row = r0 + lc / per_row;
             const int s = sg.seg(row), lr = row - sg.first(s);
             const double sum = warp_sum_f64((acc[0] + acc[1]) + (acc[2] + acc[3]));
-            if (lane == 0) sg.y(s)[lr] = mv_epilogue(__double2float_rn(sum), sg.bias(s), residual, lr, lr);
+            if (lane == 0) {
+                if (balance)
+                    parts[part_start] = sum;
+                else
+                    sg.y(s)[lr] = mv_epilogue(__double2float_rn(sum), sg.bias(s), residual, lr, lr);
+            }
 #pragma unroll
             for (int a = 0; a < 4; ++a) acc[a] = 0.0;
         }
+    }
+    if (!balance) return;
+    __syncthreads();  // every part is in `parts`
+    // Row r's parts begin at its first chunk and at every warp boundary inside it: local chunk
+    // j > 0 is a boundary when C w / n_warps == j for w = ceil(j n_warps / C).
+    for (int i = threadIdx.x; i < r1 - r0; i += blockDim.x) {
+        double sum = parts[i * per_row];
+        for (int j = i * per_row + 1; j < (i + 1) * per_row; ++j) {
+            const int w = (int)(((i64)j * n_warps + block_chunks - 1) / block_chunks);
+            if ((int)((i64)block_chunks * w / n_warps) == j) sum += parts[j];
+        }
+        const int row = r0 + i, s = sg.seg(row), lr = row - sg.first(s);
+        sg.y(s)[lr] = mv_epilogue(__double2float_rn(sum), sg.bias(s), residual, lr, lr);
     }
 }
 #endif
@@ -2073,14 +2104,14 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
         matvec_bulk_##name(float* y, const u8* w, const float* x, int n_out, int k, int stages,  \
                            int chunk, const float* bias, const float* residual, MV_SEG_PARAMS,   \
                            int pro, const float* x2, const float* nw, float eps,                 \
-                           const u16* table) {                                                   \
+                           const u16* table, int balance) {                                      \
         PDL_WAITS_INSIDE();                                                                      \
         MVB_BODY(t)                                                                              \
     }
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
 #define MVB_BODY(t)                                                                              \
     matvec_bulk<t>(MV_SEGS(y, w, bias, n_out), x, k, residual, stages, chunk, pro, x2, nw, eps,  \
-                   table);
+                   table, balance);
 #else
 #define MVB_BODY(t) PDL_WAIT(); // sm_80: never launched (the host takes matvec_float1)
 #endif

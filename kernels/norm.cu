@@ -22,13 +22,21 @@ extern "C" __global__ void rms_norm_f32(float* out, const float* x, const float*
 // its (up to four) float4 of the row in registers between the two passes, so the row is read
 // once, with 16-byte loads. One block per row.
 extern "C" __global__ void rms_norm_vec_f32(float* out, const float* x, const float* w, int cols, float eps) {
-    PDL_WAIT();
-    PDL_TRIGGER();
+    PDL_WAITS_INSIDE();
     const int row = blockIdx.x;
     const float4* xr = (const float4*)(x + (i64)row * cols);
     float4* yr = (float4*)(out + (i64)row * cols);
     const float4* wr = (const float4*)w;
     const int n4 = cols / 4;
+    // The norm weights before the wait: no kernel writes them.
+    float4 g[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i < n4) g[j] = wr[i];
+    }
+    PDL_WAIT();
+    PDL_TRIGGER();
     float4 v[4];
     double ss = 0.0;
 #pragma unroll
@@ -47,9 +55,8 @@ extern "C" __global__ void rms_norm_vec_f32(float* out, const float* x, const fl
     for (int j = 0; j < 4; ++j) {
         const int i = threadIdx.x + j * blockDim.x;
         if (i < n4) {
-            const float4 g = wr[i];
-            yr[i] = make_float4(__fmul_rn(__fmul_rn(v[j].x, scale), g.x), __fmul_rn(__fmul_rn(v[j].y, scale), g.y),
-                                __fmul_rn(__fmul_rn(v[j].z, scale), g.z), __fmul_rn(__fmul_rn(v[j].w, scale), g.w));
+            yr[i] = make_float4(__fmul_rn(__fmul_rn(v[j].x, scale), g[j].x), __fmul_rn(__fmul_rn(v[j].y, scale), g[j].y),
+                                __fmul_rn(__fmul_rn(v[j].z, scale), g[j].z), __fmul_rn(__fmul_rn(v[j].w, scale), g[j].w));
         }
     }
 }

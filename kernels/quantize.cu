@@ -46,7 +46,8 @@ extern "C" __global__ void quantize_q8_k(const float* x, u8* out, long long meta
 // RMSNorm (as norm.cu's rms_norm_vec_f32: the same operations, so the same values) writing y,
 // then the block quantizes its row of y for the matvecs that follow: FMT 0 Q8_0, 1 Q8_1,
 // 2 Q8_K, laid out as the quantize kernels above lay it out. One block per row (1024 threads,
-// so that its warps quantize up to 32 activation blocks at once); cols % 4 == 0,
+// so that its warps quantize up to 32 activation blocks at once; it loads the norm weights before
+// its PDL wait); cols % 4 == 0,
 // cols <= RMS_QUANT_MAX_COLS (fused.rs checks it) and a multiple of the block length.
 #define RMS_QUANT_MAX_COLS 4096
 template <int FMT>
@@ -59,6 +60,16 @@ __device__ void rms_norm_quant(float* y, u8* out, long long meta, long long bsum
     const int n4 = cols / 4;
     // The normalised row, which the block's warps quantize from here (not back from y).
     __shared__ __align__(16) float vals[RMS_QUANT_MAX_COLS];
+    // The norm weights first: no kernel writes them, so their latency overlaps the previous
+    // kernel's tail.
+    float4 g[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i < n4) g[j] = wr[i];
+    }
+    PDL_WAIT();
+    PDL_TRIGGER();
     float4 v[4];
     double ss = 0.0;
 #pragma unroll
@@ -77,9 +88,8 @@ __device__ void rms_norm_quant(float* y, u8* out, long long meta, long long bsum
     for (int j = 0; j < 4; ++j) {
         const int i = threadIdx.x + j * blockDim.x;
         if (i < n4) {
-            const float4 g = wr[i];
-            const float4 o = make_float4(__fmul_rn(__fmul_rn(v[j].x, scale), g.x), __fmul_rn(__fmul_rn(v[j].y, scale), g.y),
-                                         __fmul_rn(__fmul_rn(v[j].z, scale), g.z), __fmul_rn(__fmul_rn(v[j].w, scale), g.w));
+            const float4 o = make_float4(__fmul_rn(__fmul_rn(v[j].x, scale), g[j].x), __fmul_rn(__fmul_rn(v[j].y, scale), g[j].y),
+                                         __fmul_rn(__fmul_rn(v[j].z, scale), g[j].z), __fmul_rn(__fmul_rn(v[j].w, scale), g[j].w));
             yr[i] = o;
             ((float4*)vals)[i] = o;
         }
@@ -99,20 +109,17 @@ __device__ void rms_norm_quant(float* y, u8* out, long long meta, long long bsum
 
 extern "C" __global__ void rms_norm_q8_0(float* y, u8* out, long long meta, long long bsums, const float* x,
                                          const float* w, int cols, float eps) {
-    PDL_WAIT();
-    PDL_TRIGGER();
+    PDL_WAITS_INSIDE();
     rms_norm_quant<0>(y, out, meta, bsums, x, w, cols, eps);
 }
 extern "C" __global__ void rms_norm_q8_1(float* y, u8* out, long long meta, long long bsums, const float* x,
                                          const float* w, int cols, float eps) {
-    PDL_WAIT();
-    PDL_TRIGGER();
+    PDL_WAITS_INSIDE();
     rms_norm_quant<1>(y, out, meta, bsums, x, w, cols, eps);
 }
 extern "C" __global__ void rms_norm_q8_k(float* y, u8* out, long long meta, long long bsums, const float* x,
                                          const float* w, int cols, float eps) {
-    PDL_WAIT();
-    PDL_TRIGGER();
+    PDL_WAITS_INSIDE();
     rms_norm_quant<2>(y, out, meta, bsums, x, w, cols, eps);
 }
 

@@ -628,11 +628,15 @@ pub struct NewRow<'a> {
     pub q_scale: Option<f32>,
 }
 
-/// `SYNAPTIX_ROPE_IN_ATTN=1`: the CUDA backend's decode steps take [`rope_store_attention`]
-/// (off until measured on a GPU).
+/// Whether the CUDA backend's decode steps take [`rope_store_attention`] where it applies (one
+/// launch less per layer); `SYNAPTIX_ROPE_IN_ATTN=0` or `SYNAPTIX_NO_FUSION` keep RoPE + store
+/// and attention apart.
 pub fn rope_in_attention() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("SYNAPTIX_ROPE_IN_ATTN").as_deref() == Ok("1"))
+    *ON.get_or_init(|| {
+        std::env::var("SYNAPTIX_ROPE_IN_ATTN").as_deref() != Ok("0")
+            && std::env::var_os("SYNAPTIX_NO_FUSION").is_none()
+    })
 }
 
 /// [`rope_qk_store`] then [`attention`] (or [`attention_quantized`] with `acts`) in one launch

@@ -1769,7 +1769,7 @@ fn rope_store_attention_matches_rope_store_then_attention() {
             0,
             Some(DType::Q8_0),
         ),
-        (16, 2, 64, 32, true, None, None, 150, Some(DType::Q8K)),
+        (16, 2, 64, 32, true, None, None, 150, Some(DType::Q4K)),
         (8, 2, 128, 128, true, None, Some(16), 100, None),
         (
             6,
@@ -1786,8 +1786,8 @@ fn rope_store_attention_matches_rope_store_then_attention() {
     ];
     for (n_q, n_k, hd, n_rot, neox, q_scale, window, position, act) in cases {
         // Head dimension 256 stages K and V in shared memory up to about 150 positions.
-        let cap = if hd == 256 { 128 } else { 300 };
-        let pages = cap / ops::KV_PAGE + 1;
+        let cap: usize = if hd == 256 { 128 } else { 300 };
+        let pages = cap.div_ceil(ops::KV_PAGE);
         let order: Vec<usize> = (0..pages).map(|i| (i * 7) % pages).collect();
         let base_k = rng.vec(cap * n_k * hd, 1.0);
         let base_v = rng.vec(cap * n_k * hd, 1.0);

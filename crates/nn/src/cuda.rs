@@ -197,14 +197,19 @@ fn fusion_disabled() -> bool {
     *DISABLED.get_or_init(|| std::env::var_os("SYNAPTIX_NO_FUSION").is_some())
 }
 
-/// `SYNAPTIX_BULK_PROLOGUE=1`: the bulk-copy F16 / BF16 kernel normalises its row itself (Q, K,
-/// V; gate and up) and computes the MLP activation itself (down), two launches less per layer.
-/// Off by default: on the H200 it measured even at 7B (tg128 221.6 / 219.8 with, 221.7 / 220.8
-/// without) and slower at 1.5B (528.6 / 526.9 against 535.4 / 537.4): the work moves onto the
-/// products' critical path, which the separate launches had overlapped with the weights' copies.
-fn bulk_prologue_off() -> bool {
-    static OFF: OnceLock<bool> = OnceLock::new();
-    *OFF.get_or_init(|| std::env::var("SYNAPTIX_BULK_PROLOGUE").as_deref() != Ok("1"))
+/// Which prologues the bulk-copy F16 / BF16 kernel runs itself (`SYNAPTIX_BULK_PROLOGUE`):
+/// `norm` (the default) normalises the row inside the Q/K/V and gate/up launches; `glu` computes
+/// the MLP activation inside the down launch; `all` (or `1`) both; `0` neither. On the H200
+/// (tg128) the norm alone gained at 7B (221.0 → 223.6 / 222.0) and 1.5B (553 / 548 → 558 /
+/// 557); both together measured even at 7B and slower at 1.5B (528.6 / 526.9 against 535.4 /
+/// 537.4): every block reads the gate and up rows (8 bytes per column), on the products'
+/// critical path.
+fn bulk_prologue(which: &str) -> bool {
+    static MODE: OnceLock<String> = OnceLock::new();
+    let mode = MODE.get_or_init(|| {
+        std::env::var("SYNAPTIX_BULK_PROLOGUE").unwrap_or_else(|_| "norm".to_string())
+    });
+    matches!(mode.as_str(), "1" | "all") || mode == which
 }
 
 /// Whether the MLP activation is fused with a Q8_K quantization (`SYNAPTIX_GLU_Q8K=0`: no, for
@@ -438,7 +443,7 @@ impl Backend for CudaBackend {
         // normalise (and quantize) the row themselves.
         let one_row = !fusion_disabled() && x.rows == 1 && ws.iter().all(|(m, _)| m.cols == x.cols);
         if one_row
-            && !bulk_prologue_off()
+            && bulk_prologue("norm")
             && ws.iter().all(|(m, _)| ops::bulk_applies(&self.device, m))
         {
             if let Some(outs) =
@@ -618,7 +623,7 @@ impl Backend for CudaBackend {
             && gate.cols == w.cols
             && residual.rows == 1
             && residual.cols == w.rows;
-        if !fusion_disabled() && !bulk_prologue_off() && shapes_fit {
+        if !fusion_disabled() && bulk_prologue("glu") && shapes_fit {
             let (kind, table) = self.glu_kind(act)?;
             let mut y = self.tensor(1, w.rows)?;
             if ops::glu_matvec(
