@@ -123,7 +123,8 @@ fn kernel_paths(cc: (i32, i32)) -> String {
         "decode: CUDA graphs per KV cache (one for each side of the one-pass attention limit); \
          matvec with 8-bit activations and exact-order block sums (dp4a), k-quants a whole \
          super-block per thread, F16/BF16 with f64 sums; attention over a paged f16 KV cache, \
-         in one pass per head up to 256 positions, split-K beyond; penalties, top-k and argmax \
+         in one pass per head up to 256 positions (RoPE and the cache write inside it), \
+         split-K beyond; penalties, top-k and argmax \
          on the device. prefill: {}; below 64 rows int8 tensor-core GEMM (mma.sync) for \
          quantized weights, k-quants with their scales folded in, and exact attention in one \
          pass per row and head; from 64 rows quantized weights dequantized to f16 and flash \
