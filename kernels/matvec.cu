@@ -999,8 +999,9 @@ __device__ void matvec_q8_tile(const mv_segs sg, const u8* __restrict__ acts, lo
 // ahead, and each lane reads its block from there. The register ring's loads were 4-byte reads
 // 34 bytes apart (Q8_0): every warp load touched a dozen cache lines, and L1 throughput, not
 // DRAM, capped the kernel near 2.5 TB/s. Needs 16-byte aligned row runs: k % 256 == 0 (the host
-// checks). Grid as `matvec_q8_tile`. Taken with G = 8 only: with G = 32 (one row per warp) it
-// was slower than the register ring (see ops.rs).
+// checks). Grid as `matvec_q8_tile`. Taken with G = 8 (many rows) and G = 16 (two rows per
+// warp, for fewer rows): with G = 32 (one row per warp) it was slower than the register ring
+// (see ops.rs).
 #define MVT_STAGES 4  // rounds of weights in a warp's shared ring
 
 template <typename F, int G>
@@ -1104,6 +1105,13 @@ __device__ void matvec_q8_tile_staged(const mv_segs sg, const u8* __restrict__ a
                                MV_SEG_PARAMS) {                                                  \
         PDL_WAITS_INSIDE();                                                                      \
         matvec_q8_tile_staged<fmt, 8>(MV_SEGS(y, w, bias, n_out), acts, meta_off, k, residual);  \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(MVT_WARPS * WARP)                               \
+        matvec_q8_stile16_##name(float* y, const u8* w, const u8* acts, long long meta_off,      \
+                                 int n_out, int k, const float* bias, const float* residual,     \
+                                 MV_SEG_PARAMS) {                                                \
+        PDL_WAITS_INSIDE();                                                                      \
+        matvec_q8_tile_staged<fmt, 16>(MV_SEGS(y, w, bias, n_out), acts, meta_off, k, residual); \
     }
 MATVEC_Q8_TILE(q4_0, mv_q4_0)
 MATVEC_Q8_TILE(q4_1, mv_q4_1)

@@ -793,19 +793,23 @@ fn matvec_tile(
     more: &mut [MatvecPart],
 ) -> Result<()> {
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
-    let lanes_per_row = if rows >= 4 * sm_count(dev) * (MVT_WARPS * 32 / 8) {
-        8
-    } else {
-        32
-    };
     // Rows of whole 256-element runs are 16-byte aligned in every round: the staged kernel, with
     // 8 lanes per row (H200, Q8_0 37888×3584: 2,558 → 3,291 GB/s). With 32 (one row per warp)
     // it lost to the register ring on every shape measured (3584×18944 2,466 → 1,899 GB/s,
-    // 3584×3584 2,252 → 1,429), so few rows keep `matvec_q8_row_*`.
-    let staged = lanes_per_row == 8 && staged_tile_kernel() && w.cols.is_multiple_of(256);
-    let kernel = match (lanes_per_row, staged) {
+    // 3584×3584 2,252 → 1,429), so few rows keep `matvec_q8_row_*`, or with
+    // `SYNAPTIX_Q8_STILE16=1` take the staged kernel with 16 lanes per row (two rows per warp).
+    let aligned = staged_tile_kernel() && w.cols.is_multiple_of(256);
+    let lanes_per_row = if rows >= 4 * sm_count(dev) * (MVT_WARPS * 32 / 8) {
+        8
+    } else if aligned && staged_tile16() {
+        16
+    } else {
+        32
+    };
+    let kernel = match (lanes_per_row, aligned) {
         (8, false) => "tile",
         (8, true) => "stile",
+        (16, _) => "stile16",
         _ => "row",
     };
     let f = dev.function(
@@ -840,6 +844,13 @@ fn matvec_tile(
         })
     }?;
     Ok(())
+}
+
+/// `SYNAPTIX_Q8_STILE16=1`: [`matvec_tile`] gives rows too few for 8 lanes each to the staged
+/// kernel with 16 lanes per row instead of the one-row-per-warp register ring.
+fn staged_tile16() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("SYNAPTIX_Q8_STILE16").as_deref() == Ok("1"))
 }
 
 /// Whether [`matvec_tile`] stages the weights in shared memory (coalesced 16-byte copies) when
