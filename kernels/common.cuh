@@ -106,6 +106,43 @@ __device__ __forceinline__ double block_sum_f64(double v) {
     return warp_sum_f64(v);
 }
 
+// RMSNorm of one row of `cols` values (cols % 4 == 0, at most 16 * blockDim.x) in registers:
+// thread t holds float4 t + j * blockDim.x (j < 4) of the row, out[j] = x * scale * w there. The
+// norm weights are read before the PDL wait (no kernel writes them), the row after it. f32
+// squares summed in f64, 1 / sqrtf(mean + eps), then the scale, then the weight: the CPU's
+// operations, so the same values.
+__device__ __forceinline__ void rms_norm_row4(const float4* __restrict__ xr, const float4* __restrict__ wr, int cols,
+                                              float eps, float4 (&out)[4]) {
+    const int n4 = cols / 4;
+    float4 g[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i < n4) g[j] = wr[i];
+    }
+    PDL_WAIT();
+    PDL_TRIGGER();
+    double ss = 0.0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int i = threadIdx.x + j * blockDim.x;
+        if (i < n4) {
+            out[j] = xr[i];
+            ss += (double)__fmul_rn(out[j].x, out[j].x) + (double)__fmul_rn(out[j].y, out[j].y) +
+                  (double)__fmul_rn(out[j].z, out[j].z) + (double)__fmul_rn(out[j].w, out[j].w);
+        }
+    }
+    ss = block_sum_f64(ss);
+    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / (double)cols), eps)));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        if (threadIdx.x + j * blockDim.x >= n4) continue;
+        const float4 v = out[j];
+        out[j] = make_float4(__fmul_rn(__fmul_rn(v.x, scale), g[j].x), __fmul_rn(__fmul_rn(v.y, scale), g[j].y),
+                             __fmul_rn(__fmul_rn(v.z, scale), g[j].z), __fmul_rn(__fmul_rn(v.w, scale), g[j].w));
+    }
+}
+
 __device__ __forceinline__ float block_max(float v) {
     __shared__ float partial[32];
     v = warp_max(v);

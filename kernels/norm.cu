@@ -24,39 +24,12 @@ extern "C" __global__ void rms_norm_f32(float* out, const float* x, const float*
 extern "C" __global__ void rms_norm_vec_f32(float* out, const float* x, const float* w, int cols, float eps) {
     PDL_WAITS_INSIDE();
     const int row = blockIdx.x;
-    const float4* xr = (const float4*)(x + (i64)row * cols);
+    float4 o[4];
+    rms_norm_row4((const float4*)(x + (i64)row * cols), (const float4*)w, cols, eps, o);
     float4* yr = (float4*)(out + (i64)row * cols);
-    const float4* wr = (const float4*)w;
-    const int n4 = cols / 4;
-    // The norm weights before the wait: no kernel writes them.
-    float4 g[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         const int i = threadIdx.x + j * blockDim.x;
-        if (i < n4) g[j] = wr[i];
-    }
-    PDL_WAIT();
-    PDL_TRIGGER();
-    float4 v[4];
-    double ss = 0.0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const int i = threadIdx.x + j * blockDim.x;
-        if (i < n4) {
-            v[j] = xr[i];
-            ss += (double)__fmul_rn(v[j].x, v[j].x) + (double)__fmul_rn(v[j].y, v[j].y) +
-                  (double)__fmul_rn(v[j].z, v[j].z) + (double)__fmul_rn(v[j].w, v[j].w);
-        }
-    }
-    ss = block_sum_f64(ss);
-    const float mean = (float)(ss / (double)cols);
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const int i = threadIdx.x + j * blockDim.x;
-        if (i < n4) {
-            yr[i] = make_float4(__fmul_rn(__fmul_rn(v[j].x, scale), g[j].x), __fmul_rn(__fmul_rn(v[j].y, scale), g[j].y),
-                                __fmul_rn(__fmul_rn(v[j].z, scale), g[j].z), __fmul_rn(__fmul_rn(v[j].w, scale), g[j].w));
-        }
+        if (i < cols / 4) yr[i] = o[j];
     }
 }

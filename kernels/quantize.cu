@@ -54,44 +54,17 @@ template <int FMT>
 __device__ void rms_norm_quant(float* y, u8* out, long long meta, long long bsums, const float* x, const float* w,
                                int cols, float eps) {
     const int row = blockIdx.x;
-    const float4* xr = (const float4*)(x + (i64)row * cols);
     float4* yr = (float4*)(y + (i64)row * cols);
-    const float4* wr = (const float4*)w;
-    const int n4 = cols / 4;
     // The normalised row, which the block's warps quantize from here (not back from y).
     __shared__ __align__(16) float vals[RMS_QUANT_MAX_COLS];
-    // The norm weights first: no kernel writes them, so their latency overlaps the previous
-    // kernel's tail.
-    float4 g[4];
+    float4 o[4];
+    rms_norm_row4((const float4*)(x + (i64)row * cols), (const float4*)w, cols, eps, o);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         const int i = threadIdx.x + j * blockDim.x;
-        if (i < n4) g[j] = wr[i];
-    }
-    PDL_WAIT();
-    PDL_TRIGGER();
-    float4 v[4];
-    double ss = 0.0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const int i = threadIdx.x + j * blockDim.x;
-        if (i < n4) {
-            v[j] = xr[i];
-            ss += (double)__fmul_rn(v[j].x, v[j].x) + (double)__fmul_rn(v[j].y, v[j].y) +
-                  (double)__fmul_rn(v[j].z, v[j].z) + (double)__fmul_rn(v[j].w, v[j].w);
-        }
-    }
-    ss = block_sum_f64(ss);
-    const float mean = (float)(ss / (double)cols);
-    const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const int i = threadIdx.x + j * blockDim.x;
-        if (i < n4) {
-            const float4 o = make_float4(__fmul_rn(__fmul_rn(v[j].x, scale), g[j].x), __fmul_rn(__fmul_rn(v[j].y, scale), g[j].y),
-                                         __fmul_rn(__fmul_rn(v[j].z, scale), g[j].z), __fmul_rn(__fmul_rn(v[j].w, scale), g[j].w));
-            yr[i] = o;
-            ((float4*)vals)[i] = o;
+        if (i < cols / 4) {
+            yr[i] = o[j];
+            ((float4*)vals)[i] = o[j];
         }
     }
     __syncthreads();  // the normalised row is visible to the whole block
