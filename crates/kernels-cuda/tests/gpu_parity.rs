@@ -460,7 +460,9 @@ fn matvec_matches_cpu_every_format() {
     // of whole rows (6 super-blocks) and in rounds that cross rows (33); for legacy formats the
     // one-row-per-warp kernel, with a last partial round at 1536. (1500, 2080): the same, on
     // rows that are not whole 256-element runs; (8500, 1280): the staged kernel with 8 lanes per
-    // row (from 8448 rows on an H200).
+    // row (from 8448 rows on an H200). F16 / BF16 on Hopper: (3000, 8448) takes the bulk kernel
+    // with each block's copies split evenly between its warps (rows spanning warps), (1000,
+    // 4096) and (9, 14336) the same kernel dealing whole rows to the warps.
     let shapes: [(usize, usize); 9] = [
         (300, 512),
         (40, 896),
