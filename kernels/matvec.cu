@@ -2125,3 +2125,246 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
 #endif
 MATVEC_BULK(f16, 1)
 MATVEC_BULK(bf16, 2)
+
+// ---------------------------------------------------------------------------------------------
+// One activation row against Q8_0 weights on Hopper (sm_90+), from a copy of the matrix in a
+// split layout made when it is uploaded (`q8_0_split`). Each row is cut into groups of 16
+// blocks; a group of n blocks holds their first 16 quants (int8, 16 bytes a block, in block
+// order), then their last 16 quants, then their scales (f16 bits) padded to 16 bytes: 544
+// bytes for a whole group, the same as 16 stored blocks; a row's last group holds the r < 16
+// blocks left over. The same numbers as the stored blocks, arranged so that the weights stream
+// into shared memory by bulk copies (as `matvec_bulk` streams F16 rows: rings of `stages`
+// copies of `chunk` bytes per warp, `chunk` a multiple of 544) and a block's two halves are
+// 16-byte words that 16 lanes read without bank conflicts. The activation row goes to shared
+// memory in the same arrangement.
+//
+// The arithmetic is `matvec_q8`'s for Q8_0: the activation row quantized to Q8_0 (quantize.cu;
+// with `x`, the block normalises the raw row x with weight `nw` and quantizes it itself),
+// exact integer sums per block (dp4a), the term sumi * (d_w * d_a), and one f32 sum per row
+// adding the terms in block order: the CPU's bits. A warp computes all the terms of a chunk at
+// once (lane l takes block l % 16 of group 2i + l / 16; a group's 16 slots, zeros past a
+// partial group's blocks: adding +0 to a sum that started at +0 never changes it, as it cannot
+// become -0), then lane 0 adds them to the row's sum with 16-byte reads.
+//
+// Rows are dealt to the block's warps in turn, or with `balance` the block's chunks are split
+// evenly between its warps in order (each warp one contiguous run): a row may then span warps.
+// A warp whose run begins inside a row keeps that part's terms in shared memory (`lead`, at most
+// one row's per warp); the warp where the row began leaves its running sum (`trail`); at the
+// block's end one thread per such row continues the sum with the later warps' terms, in order.
+//
+// Dynamic shared memory: the ring (warps × stages × chunk bytes), the activation quants (k
+// bytes), their scales as f32 (k / 32, padded to 16 bytes), warps × stages mbarriers, a chunk's
+// terms per warp (chunk / 544 rounded up to even, × 16), then with `balance` per warp a trail
+// sum, a term count and the lead terms ((k / 512 rounded up + 1) × 16).
+#define Q8S_GROUP_BLOCKS 16
+#define Q8S_GROUP_BYTES 544
+__device__ __forceinline__ int q8s_row_bytes(int k) {
+    const int nb = k / 32, r = nb % Q8S_GROUP_BLOCKS;
+    return nb / Q8S_GROUP_BLOCKS * Q8S_GROUP_BYTES + (r ? 32 * r + ((2 * r + 15) & ~15) : 0);
+}
+
+// Stored Q8_0 rows [rows, k] (34-byte blocks) to the split layout above, one thread per block.
+// `out` is zeroed by the host (the scales' padding stays zero).
+extern "C" __global__ void q8_0_split(u8* __restrict__ out, const u8* __restrict__ in, int rows, int k) {
+    PDL_WAIT();
+    PDL_TRIGGER();
+    const int nb = k / 32;
+    const i64 b = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= (i64)rows * nb) return;
+    const int row = (int)(b / nb), j = (int)(b % nb);
+    const int g = j / Q8S_GROUP_BLOCKS, jj = j % Q8S_GROUP_BLOCKS;
+    const int nbg = min(Q8S_GROUP_BLOCKS, nb - g * Q8S_GROUP_BLOCKS);
+    const u8* src = in + b * 34;  // 2-byte aligned
+    u8* grp = out + (i64)row * q8s_row_bytes(k) + (i64)g * Q8S_GROUP_BYTES;
+    u16* lo = (u16*)(grp + 16 * jj);
+    u16* hi = (u16*)(grp + 16 * nbg + 16 * jj);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        lo[i] = load_u16(src + 2 + 2 * i);
+        hi[i] = load_u16(src + 18 + 2 * i);
+    }
+    *(u16*)(grp + 32 * nbg + 2 * jj) = load_u16(src);
+}
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+__device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 meta, int k,
+                           const float* __restrict__ residual, int stages, int chunk, int balance,
+                           const float* __restrict__ x, const float* __restrict__ nw, float eps) {
+    extern __shared__ uint4 mvb_smem[];
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, n_warps = blockDim.x / WARP;
+    const int nb = k / 32, row_bytes = q8s_row_bytes(k);
+    u8* ring = (u8*)mvb_smem + (size_t)warp * stages * chunk;
+    u8* aq = (u8*)mvb_smem + (size_t)n_warps * stages * chunk;
+    float* ad = (float*)(aq + k);
+    u8* tail = aq + k + ((nb * 4 + 15) & ~15);
+    const u32 bars = (u32)__cvta_generic_to_shared(tail) + 8u * warp * stages;
+    // Term slots: groups are taken in pairs, so an odd count writes one group of zeros more.
+    const int chunk_groups = chunk / Q8S_GROUP_BYTES;
+    const int chunk_terms = (chunk_groups + 1) / 2 * 2 * Q8S_GROUP_BLOCKS;
+    const int lead_cap = ((nb + Q8S_GROUP_BLOCKS - 1) / Q8S_GROUP_BLOCKS + 1) * Q8S_GROUP_BLOCKS;
+    float* terms = (float*)(tail + 8 * n_warps * stages);
+    float* my_terms = terms + warp * chunk_terms;
+    float* trail = terms + n_warps * chunk_terms;
+    int* lead_n = (int*)(trail + n_warps);
+    float* lead = (float*)(lead_n + n_warps);
+    const u32 ring_s = (u32)__cvta_generic_to_shared(ring);
+    const int G = gridDim.x, n = sg.n_out;
+    const int r0 = (int)((i64)blockIdx.x * n / G), r1 = (int)((i64)(blockIdx.x + 1) * n / G);
+    const int per_row = (row_bytes + chunk - 1) / chunk;
+    const int block_chunks = (r1 - r0) * per_row;
+    const int first = balance ? (int)((i64)block_chunks * warp / n_warps) : 0;
+    const int my_rows = r1 - r0 > warp ? (r1 - r0 - warp + n_warps - 1) / n_warps : 0;
+    const int n_chunks = balance ? (int)((i64)block_chunks * (warp + 1) / n_warps) - first : my_rows * per_row;
+    // A cursor over this warp's chunks: local row (from r0) and chunk within the row.
+    const int row_step = balance ? 1 : n_warps;
+    int issue_row = balance ? first / per_row : warp, issue_in = balance ? first % per_row : 0;
+    auto issue_next = [&](int c) {
+        const int row = r0 + issue_row, off = issue_in * chunk;
+        const int s = sg.seg(row);
+        const u8* src = sg.w(s) + (i64)(row - sg.first(s)) * row_bytes + off;
+        const int slot = c % stages;
+        mvb_issue(ring_s + slot * chunk, src, (u32)min(chunk, row_bytes - off), bars + 8u * slot);
+        if (++issue_in == per_row) {
+            issue_in = 0;
+            issue_row += row_step;
+        }
+    };
+    if (lane == 0) {
+        for (int s = 0; s < stages; ++s) mvb_bar_init(bars + 8u * s);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int c = 0; c < min(stages, n_chunks); ++c) issue_next(c);
+    }
+    PDL_WAIT();
+    PDL_TRIGGER();
+    if (x) {
+        // The row normalised here (`matvec_bulk`'s RMSNorm prologue: rms_norm_f32's operations)
+        // and quantized to Q8_0 by the warps, a block at a time (quantize.cu's arithmetic),
+        // straight into the groups' halves arrangement; d as the f16 the CPU stores.
+        double ss = 0.0;
+        for (int i = threadIdx.x; i < k / 4; i += blockDim.x) {
+            const float4 v = ((const float4*)x)[i];
+            ss += (double)__fmul_rn(v.x, v.x) + (double)__fmul_rn(v.y, v.y) + (double)__fmul_rn(v.z, v.z) +
+                  (double)__fmul_rn(v.w, v.w);
+        }
+        ss = block_sum_f64(ss);
+        const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / (double)k), eps)));
+        for (int bb = warp; bb < nb; bb += n_warps) {
+            const int e = bb * 32 + lane;
+            float d;
+            const i8 q = quantize_q8_32_lane(__fmul_rn(__fmul_rn(x[e], scale), nw[e]), d);
+            const int gi = bb / Q8S_GROUP_BLOCKS, nbg = min(Q8S_GROUP_BLOCKS, nb - gi * Q8S_GROUP_BLOCKS);
+            aq[gi * 512 + (lane / 16) * nbg * 16 + (bb % Q8S_GROUP_BLOCKS) * 16 + lane % 16] = (u8)q;
+            if (lane == 0) ad[bb] = f16_to_f32(q8_f32_to_f16(d));
+        }
+    } else {
+        // The quantized row: 16-byte units of quants to the groups' halves arrangement, scales
+        // to f32 (Q8_0 metadata: half bits of d first).
+        for (int u = threadIdx.x; u < k / 16; u += blockDim.x) {
+            const int gi = u / 32, b = (u % 32) / 2, h = u % 2;
+            const int nbg = min(Q8S_GROUP_BLOCKS, nb - gi * Q8S_GROUP_BLOCKS);
+            ((uint4*)aq)[gi * 32 + h * nbg + b] = ((const uint4*)acts)[u];
+        }
+        for (int i = threadIdx.x; i < nb; i += blockDim.x) ad[i] = f16_to_f32(load_u16(acts + meta + 8 * (i64)i));
+    }
+    __syncthreads();
+    float acc = 0.0f;  // lane 0: the current row's sum
+    int n_lead = 0;
+    int row = balance ? first / per_row : warp, in_row = balance ? first % per_row : 0;
+    bool leading = balance && n_chunks > 0 && in_row != 0;
+    const int half = lane >> 4, b = lane & 15;
+    for (int c = 0; c < n_chunks; ++c) {
+        const int slot = c % stages;
+        const int off = in_row * chunk, bytes = min(chunk, row_bytes - off);
+        if (in_row == 0) {
+            leading = false;
+            acc = 0.0f;
+        }
+        mvb_wait(bars + 8u * slot, (u32)(c / stages) & 1u);
+        const u8* buf = ring + slot * chunk;
+        float* dst = leading ? lead + warp * lead_cap + n_lead : my_terms;
+        const int n_groups = (bytes + Q8S_GROUP_BYTES - 1) / Q8S_GROUP_BYTES;
+        const int g_first = in_row * chunk_groups;  // the chunk's first group in the row
+#pragma unroll 2
+        for (int j = 0; j < n_groups; j += 2) {
+            const int jj = j + half, gi = g_first + jj;
+            const int nbg = min(Q8S_GROUP_BLOCKS, nb - gi * Q8S_GROUP_BLOCKS);
+            const bool valid = jj < n_groups && b < nbg;
+            // Invalid lanes read block 0 of group j (inside the chunk) and store a zero.
+            const int vj = valid ? jj : j, vb = valid ? b : 0, vn = valid ? nbg : min(Q8S_GROUP_BLOCKS, nb - (g_first + j) * Q8S_GROUP_BLOCKS);
+            const u8* grp = buf + vj * Q8S_GROUP_BYTES;
+            const uint4 w0 = *(const uint4*)(grp + 16 * vb), w1 = *(const uint4*)(grp + 16 * (vn + vb));
+            const u8* ag = aq + (g_first + vj) * 512;
+            const uint4 a0 = *(const uint4*)(ag + 16 * vb), a1 = *(const uint4*)(ag + 16 * (vn + vb));
+            int s0 = mv_dp4a(w0.x, a0.x, 0), s1 = mv_dp4a(w1.x, a1.x, 0);
+            s0 = mv_dp4a(w0.y, a0.y, s0);
+            s1 = mv_dp4a(w1.y, a1.y, s1);
+            s0 = mv_dp4a(w0.z, a0.z, s0);
+            s1 = mv_dp4a(w1.z, a1.z, s1);
+            s0 = mv_dp4a(w0.w, a0.w, s0);
+            s1 = mv_dp4a(w1.w, a1.w, s1);
+            const float dw = f16_to_f32(load_u16(grp + 32 * vn + 2 * vb));
+            const float t = __fmul_rn((float)(s0 + s1), __fmul_rn(dw, ad[(g_first + vj) * Q8S_GROUP_BLOCKS + vb]));
+            dst[j * Q8S_GROUP_BLOCKS + lane] = valid ? t : 0.0f;
+        }
+        const int n_terms = n_groups * Q8S_GROUP_BLOCKS;
+        __syncwarp();
+        if (lane == 0 && c + stages < n_chunks) {
+            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our reads, then the copy's writes
+            issue_next(c + stages);
+        }
+        if (leading) {
+            n_lead += n_terms;
+        } else if (lane == 0) {
+            const float4* t4 = (const float4*)my_terms;
+#pragma unroll 4
+            for (int i = 0; i < n_terms / 4; ++i) {
+                const float4 t = t4[i];
+                acc = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(acc, t.x), t.y), t.z), t.w);
+            }
+        }
+        const bool row_end = in_row == per_row - 1;
+        if (lane == 0 && !leading && (row_end || (balance && c == n_chunks - 1))) {
+            if (row_end) {
+                const int grow = r0 + row, sgi = sg.seg(grow), lr = grow - sg.first(sgi);
+                sg.y(sgi)[lr] = mv_epilogue(acc, sg.bias(sgi), residual, lr, lr);
+            } else {
+                trail[warp] = acc;
+            }
+        }
+        __syncwarp();  // lane 0 has read the terms before they are rewritten
+        if (++in_row == per_row) {
+            in_row = 0;
+            row += row_step;
+        }
+    }
+    if (!balance) return;
+    if (lane == 0) lead_n[warp] = n_lead;
+    __syncthreads();
+    // Rows that span warps: the warp holding a row's first chunk left its sum in `trail`; each
+    // later warp whose run begins inside the row holds the terms of its part in `lead`.
+    auto first_of = [&](int w) { return (int)((i64)block_chunks * w / n_warps); };
+    for (int i = threadIdx.x; i < r1 - r0; i += blockDim.x) {
+        const int c0 = i * per_row, c1 = c0 + per_row;
+        int w0 = n_warps - 1;
+        while (first_of(w0) > c0) --w0;
+        if (w0 + 1 >= n_warps || first_of(w0 + 1) >= c1) continue;  // written by warp w0
+        float sum = trail[w0];
+        for (int w = w0 + 1; w < n_warps && first_of(w) < c1; ++w)
+            for (int t = 0; t < lead_n[w]; ++t) sum = __fadd_rn(sum, lead[w * lead_cap + t]);
+        const int grow = r0 + i, sgi = sg.seg(grow), lr = grow - sg.first(sgi);
+        sg.y(sgi)[lr] = mv_epilogue(sum, sg.bias(sgi), residual, lr, lr);
+    }
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 2)
+    matvec_q8s_bulk(float* y, const u8* w, const u8* acts, long long meta, int n_out, int k, int stages,
+                    int chunk, const float* bias, const float* residual, MV_SEG_PARAMS, int balance,
+                    const float* x, const float* nw, float eps) {
+    PDL_WAITS_INSIDE();
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+    matvec_q8s(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, balance, x, nw, eps);
+#else
+    PDL_WAIT();  // sm_80: never launched (the host takes the other Q8_0 kernels)
+#endif
+}

@@ -38,8 +38,8 @@ __device__ __forceinline__ float round_half_away(float v) {
 
 // Q8_0 (and Q8_1 when `Q81`): one warp per 32-element block, lane i holding element i (v).
 // Block `b` of the activations (by the calling warp).
-template <bool Q81>
-__device__ void quantize_q8_32_value(float v, u8* out, long long meta, int b) {
+// The quant of lane i's element (returned) and the block's scale `d` (every lane).
+__device__ __forceinline__ i8 quantize_q8_32_lane(float v, float& d) {
     const int lane = threadIdx.x % WARP;
     const float av = fabsf(v);
     // amax = MAX(amax, |x_j|) in element order, C's MAX(a, b) = a > b ? a : b: a NaN replaces
@@ -49,13 +49,20 @@ __device__ void quantize_q8_32_value(float v, u8* out, long long meta, int b) {
     const int last_nan = nan_lanes ? 31 - __clz(nan_lanes) : -1;
     float amax = warp_max(lane > last_nan ? av : 0.0f);
     if (last_nan == 31) amax = __shfl_sync(Q8_FULL, av, 31);
-    const float d = __fdiv_rn(amax, 127.0f);
+    d = __fdiv_rn(amax, 127.0f);
     const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
     const float r = round_half_away(__fmul_rn(v, id));
     // C's float to int8_t as x86 compilers emit it: cvttss2si (NaN and |r| >= 2^31 give
     // INT_MIN), then the low byte.
     const int qi = (r != r || fabsf(r) >= 2147483648.0f) ? 0 : (int)r;
-    const i8 q = (i8)(qi & 0xff);
+    return (i8)(qi & 0xff);
+}
+
+template <bool Q81>
+__device__ void quantize_q8_32_value(float v, u8* out, long long meta, int b) {
+    const int lane = threadIdx.x % WARP;
+    float d;
+    const i8 q = quantize_q8_32_lane(v, d);
     out[(i64)b * 32 + lane] = (u8)q;
     const int sum = q8_warp_sum_int((int)q);
     if (lane == 0) {

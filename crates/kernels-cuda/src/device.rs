@@ -185,6 +185,11 @@ impl CudaDevice {
         Ok(unsafe { self.stream.alloc(n) }?)
     }
 
+    /// Free and total device memory in bytes, now.
+    pub fn memory_info(&self) -> Result<(usize, usize)> {
+        Ok(self.ctx.mem_get_info()?)
+    }
+
     pub fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<DeviceBuffer<T>> {
         Ok(self.stream.alloc_zeros(n)?)
     }

@@ -398,6 +398,10 @@ pub struct DeviceMatrix {
     pub cols: usize,
     /// The weights as stored, then [`WEIGHT_PAD`] zero bytes.
     pub data: DeviceBuffer<u8>,
+    /// Q8_0 on sm_90+: the same blocks in the split layout of `matvec_q8s_bulk` (quants in
+    /// aligned 16-byte words, scales after each group of 16 blocks), which one activation row
+    /// streams by bulk copies. None where that kernel does not apply or memory is short.
+    pub split: Option<DeviceBuffer<u8>>,
 }
 
 impl DeviceMatrix {
@@ -424,13 +428,119 @@ impl DeviceMatrix {
         // last block.
         let data = dev.zeros::<u8>(expected + WEIGHT_PAD)?;
         dev.overwrite(&data, bytes)?;
+        let split = match q8s_min_shape() {
+            Some((min_rows, min_cols)) if rows >= min_rows && cols >= min_cols => {
+                q8_split(dev, dtype, rows, cols, &data)?
+            }
+            _ => None,
+        };
         Ok(DeviceMatrix {
             dtype,
             rows,
             cols,
             data,
+            split,
         })
     }
+}
+
+impl DeviceMatrix {
+    /// Makes the split copy of a Q8_0 matrix whatever its shape (for tests and comparisons:
+    /// [`DeviceMatrix::upload`] makes it only for the shapes where it pays). Returns whether
+    /// the matrix has one: only Q8_0 on sm_90+, with the bulk kernels on and memory to spare.
+    pub fn split_copy(&mut self, dev: &CudaDevice) -> Result<bool> {
+        if self.split.is_none() {
+            self.split = q8_split(dev, self.dtype, self.rows, self.cols, &self.data)?;
+        }
+        Ok(self.split.is_some())
+    }
+}
+
+/// Blocks of 32 per group of the Q8_0 split layout, and a full group's bytes (kernels/matvec.cu).
+const Q8S_GROUP_BLOCKS: usize = 16;
+const Q8S_GROUP_BYTES: usize = 544;
+
+/// Bytes of one row of `cols` Q8_0 values in the split layout (`q8s_row_bytes` in
+/// kernels/matvec.cu): whole groups, then the last group's quants and its scales padded to 16.
+fn q8s_row_bytes(cols: usize) -> usize {
+    let nb = cols / 32;
+    let r = nb % Q8S_GROUP_BLOCKS;
+    nb / Q8S_GROUP_BLOCKS * Q8S_GROUP_BYTES
+        + if r > 0 {
+            32 * r + (2 * r).next_multiple_of(16)
+        } else {
+            0
+        }
+}
+
+/// Which Q8_0 matrices get a split copy (`SYNAPTIX_Q8_SPLIT`): those of at least
+/// [`Q8S_MIN_ROWS`] rows of [`Q8S_MIN_COLS`] values by default, `R,C` other bounds, `0` none.
+fn q8s_min_shape() -> Option<(usize, usize)> {
+    static MIN: std::sync::OnceLock<Option<(usize, usize)>> = std::sync::OnceLock::new();
+    *MIN.get_or_init(
+        || match std::env::var("SYNAPTIX_Q8_SPLIT").ok().as_deref() {
+            Some("0") | Some("off") => None,
+            Some(v) => {
+                let n: Vec<usize> = v.split(',').filter_map(|s| s.trim().parse().ok()).collect();
+                Some(match n[..] {
+                    [rows, cols] => (rows, cols.max(32)),
+                    _ => (Q8S_MIN_ROWS, Q8S_MIN_COLS),
+                })
+            }
+            None => Some((Q8S_MIN_ROWS, Q8S_MIN_COLS)),
+        },
+    )
+}
+
+/// The smallest Q8_0 matrices that get a split copy. On the H200 (GB/s, one row, stored-block
+/// kernels → `matvec_q8s_bulk`): 37888×3584 3,128 → 3,741 and 152064×3584 3,671 → 4,140, but
+/// 4608×3584 1,775 → 1,725, 3584×3584 2,223 → 1,683, 3584×18944 2,460 → 2,440, 17920×1536
+/// 2,575 → 2,001 and 1536×8960 1,545 → 1,160: a warp needs many long rows.
+const Q8S_MIN_ROWS: usize = 8192;
+const Q8S_MIN_COLS: usize = 3072;
+
+/// The split copy of a Q8_0 matrix for `matvec_q8s_bulk` (see [`DeviceMatrix::split`]), made
+/// on the GPU from the uploaded blocks, where the kernel applies (Q8_0, sm_90+, bulk kernels not
+/// switched off) and the copy leaves at least a third of the device's memory free.
+fn q8_split(
+    dev: &CudaDevice,
+    dtype: DType,
+    rows: usize,
+    cols: usize,
+    data: &DeviceBuffer<u8>,
+) -> Result<Option<DeviceBuffer<u8>>> {
+    let applies = dtype == DType::Q8_0
+        && dev.info.compute_capability.0 >= 9
+        && bulk_shape().is_some()
+        && rows > 0
+        && cols.is_multiple_of(32);
+    if !applies {
+        return Ok(None);
+    }
+    let bytes = rows * q8s_row_bytes(cols) + WEIGHT_PAD;
+    let (free, total) = dev.memory_info()?;
+    if free < bytes + total / 3 {
+        return Ok(None);
+    }
+    let blocks = rows * (cols / 32);
+    let (r32, c32) = (
+        i32_arg("upload", "rows", rows)?,
+        i32_arg("upload", "cols", cols)?,
+    );
+    let split = dev.zeros::<u8>(bytes)?;
+    let f = dev.function("matvec", "q8_0_split")?;
+    let mut l = Launch::new(dev, &f);
+    l.arg(&split).arg(data).arg(r32).arg(c32);
+    // SAFETY: one thread per stored block (rows × cols / 32 of them, inside `data`), each writing
+    // its 32 quants and its scale inside its row of the split copy (`q8s_row_bytes` per row).
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (grid_for(blocks), 1, 1),
+            block_dim: (THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }?;
+    Ok(Some(split))
 }
 
 /// Zero bytes after every matrix's weights in [`DeviceMatrix::data`].
@@ -1115,21 +1225,32 @@ fn segment_args<'a, 'b: 'a>(
     rows0: usize,
     more: &'a mut [MatvecPart<'b>],
 ) -> Result<()> {
+    segment_args_of(l, rows0, more, |w| Some(&w.data))
+}
+
+/// [`segment_args`] with the weights each matrix passes (`pick`: its stored blocks or its
+/// split copy; the caller checked that every matrix has it).
+fn segment_args_of<'a, 'b: 'a>(
+    l: &mut Launch<'a>,
+    rows0: usize,
+    more: &'a mut [MatvecPart<'b>],
+    pick: fn(&DeviceMatrix) -> Option<&DeviceBuffer<u8>>,
+) -> Result<()> {
     type Seg<'a> = (
         Option<&'a DeviceBuffer<u8>>,
         Option<&'a mut DeviceBuffer<f32>>,
         Option<&'a DeviceBuffer<f32>>,
         usize,
     );
-    fn split<'a, 'b: 'a>(p: Option<&'a mut MatvecPart<'b>>) -> Seg<'a> {
+    let split = |p: Option<&'a mut MatvecPart<'b>>| -> Seg<'a> {
         match p {
             Some(p) => {
                 let w: &'b DeviceMatrix = p.w;
-                (Some(&w.data), Some(&mut *p.y), p.bias, w.rows)
+                (pick(w), Some(&mut *p.y), p.bias, w.rows)
             }
             None => (None, None, None, 0),
         }
-    }
+    };
     check("matvec", more.len() <= 2, || {
         format!("{} matrices in one launch (at most 3)", more.len() + 1)
     })?;
@@ -1194,6 +1315,9 @@ pub fn matvec_quantized_with(
         return with_epilogue(dev, y, epi, |y| {
             crate::gemm_k::gemm_k_quantized(dev, y, w, acts)
         });
+    }
+    if m == 1 && matvec_q8s(dev, y, w, Q8sActs::Quantized(acts), epi, &mut [])? {
+        return Ok(());
     }
     if w.dtype.block_len() == 32 && w.cols <= 1024 && m <= MV_COLS {
         return matvec_short(dev, y, w, acts, epi, &mut []);
@@ -1366,6 +1490,9 @@ pub fn matvec_many(
                 check("matvec", acts.rows == 1, || {
                     format!("{} activation rows", acts.rows)
                 })?;
+                if matvec_q8s(dev, first.y, first.w, Q8sActs::Quantized(acts), epi, rest)? {
+                    return Ok(());
+                }
                 if dtype.block_len() == 32 && cols <= 1024 {
                     return matvec_short(dev, first.y, first.w, acts, epi, rest);
                 }
@@ -1799,6 +1926,183 @@ pub fn glu_matvec(
     epi.check(w.rows, y.len())?;
     let pro = RowPrologue::Glu { up, kind, table };
     matvec_bulk(dev, y, w, gate, epi, &mut [], pro)
+}
+
+/// Where `matvec_q8s_bulk` takes its activation row from: quantized already, or the raw row
+/// that each block normalises (RMSNorm) and quantizes itself.
+#[derive(Clone, Copy)]
+enum Q8sActs<'a> {
+    Quantized(&'a DeviceActs),
+    Norm {
+        x: &'a DeviceBuffer<f32>,
+        weight: &'a DeviceBuffer<f32>,
+        eps: f32,
+    },
+}
+
+/// Whether one activation row against `w` can take `matvec_q8s_bulk` (it has a split copy).
+pub fn q8s_applies(w: &DeviceMatrix) -> bool {
+    w.split.is_some()
+}
+
+/// `parts[i].y = rms_norm(x, norm, eps) · W_iᵀ (+ bias_i)` for one row against up to three
+/// Q8_0 matrices with split copies and one row length, in one launch whose blocks normalise and
+/// quantize the row themselves (`matvec_q8s_bulk`): bit for bit `fused::rms_norm_quantized`
+/// then [`matvec_many`]. Returns false, launching nothing, where that kernel does not apply.
+pub fn rms_norm_matvec_q8s_many(
+    dev: &CudaDevice,
+    parts: &mut [MatvecPart],
+    x: &DeviceBuffer<f32>,
+    norm: &DeviceBuffer<f32>,
+    eps: f32,
+) -> Result<bool> {
+    let Some((first, rest)) = parts.split_first_mut() else {
+        return Ok(false);
+    };
+    if rest.len() > 2 || (!rest.is_empty() && many_disabled()) {
+        return Ok(false);
+    }
+    for p in std::iter::once(&*first).chain(rest.iter()) {
+        check_matvec(p.w, p.y.len(), 1)?;
+        Epilogue {
+            bias: p.bias,
+            residual: None,
+        }
+        .check(p.w.rows, p.y.len())?;
+    }
+    let epi = Epilogue {
+        bias: first.bias,
+        residual: None,
+    };
+    let acts = Q8sActs::Norm {
+        x,
+        weight: norm,
+        eps,
+    };
+    matvec_q8s(dev, first.y, first.w, acts, epi, rest)
+}
+
+/// The ring of `matvec_q8s_bulk`: `stages` copies of `groups` × 544 bytes in flight per warp,
+/// `warps` warps per block, and whether blocks split their copies evenly between their warps
+/// (None: where a row takes several copies). `SYNAPTIX_Q8S=S,G[,W[,B]]` sets them (sweeps).
+#[derive(Debug, Clone, Copy)]
+struct Q8sShape {
+    stages: usize,
+    groups: usize,
+    warps: usize,
+    balance: Option<bool>,
+}
+
+fn q8s_shape() -> Q8sShape {
+    static SHAPE: std::sync::OnceLock<Q8sShape> = std::sync::OnceLock::new();
+    const DEFAULT: Q8sShape = Q8sShape {
+        stages: 2,
+        groups: 8,
+        warps: 16,
+        balance: None,
+    };
+    *SHAPE.get_or_init(|| {
+        let v = std::env::var("SYNAPTIX_Q8S").unwrap_or_default();
+        let n: Vec<usize> = v.split(',').filter_map(|s| s.trim().parse().ok()).collect();
+        match n[..] {
+            [stages, groups, ref rest @ ..] if stages >= 1 && groups >= 1 => Q8sShape {
+                stages,
+                groups,
+                warps: rest.first().copied().unwrap_or(DEFAULT.warps).clamp(1, 16),
+                balance: rest.get(1).map(|&b| b != 0),
+            },
+            _ => DEFAULT,
+        }
+    })
+}
+
+/// One activation row against Q8_0 weights (and up to two more Q8_0 matrices of the same row
+/// length, `more`) through `matvec_q8s_bulk`, from the matrices' split copies: the CPU's bits,
+/// as the other Q8_0 kernels. Returns false, launching nothing, where a matrix has no split
+/// copy or shared memory rules the kernel out; the caller then takes the other kernels.
+fn matvec_q8s(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    acts: Q8sActs,
+    epi: Epilogue,
+    more: &mut [MatvecPart],
+) -> Result<bool> {
+    let Some(split) = w.split.as_ref() else {
+        return Ok(false);
+    };
+    let k = w.cols;
+    let acts_fit = match acts {
+        Q8sActs::Quantized(a) => a.rows == 1 && a.cols == k && a.dtype == DType::Q8_0,
+        Q8sActs::Norm { x, weight, .. } => x.len() == k && weight.len() == k,
+    };
+    if !acts_fit
+        || more
+            .iter()
+            .any(|p| p.w.split.is_none() || p.w.dtype != w.dtype || p.w.cols != k)
+    {
+        return Ok(false);
+    }
+    let Q8sShape {
+        stages,
+        groups,
+        warps,
+        balance,
+    } = q8s_shape();
+    let chunk = groups * Q8S_GROUP_BYTES;
+    let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
+    let blocks = rows.min(sm_count(dev) * (16 / warps).max(1));
+    let per_row = q8s_row_bytes(k).div_ceil(chunk);
+    let balance = balance.unwrap_or(per_row > 1);
+    // Term slots as kernels/matvec.cu sizes them (groups taken in pairs).
+    let lead_cap = ((k / 32).div_ceil(Q8S_GROUP_BLOCKS) + 1) * Q8S_GROUP_BLOCKS;
+    let shared = warps * stages * chunk
+        + k
+        + (k / 32 * 4).next_multiple_of(16)
+        + warps * stages * 8
+        + warps * groups.next_multiple_of(2) * Q8S_GROUP_BLOCKS * 4
+        + if balance {
+            warps * (8 + lead_cap * 4)
+        } else {
+            0
+        };
+    let f = dev.function("matvec", "matvec_q8s_bulk")?;
+    if shared > dev.max_shared_memory(&f)? {
+        return Ok(false);
+    }
+    let (r32, c32) = (
+        i32_arg("matvec", "rows", rows)?,
+        i32_arg("matvec", "cols", k)?,
+    );
+    let (quantized, meta, x, norm, eps) = match acts {
+        Q8sActs::Quantized(a) => (Some(&a.buf), a.meta_offset as i64, None, None, 0.0f32),
+        Q8sActs::Norm { x, weight, eps } => (None, 0, Some(x), Some(weight), eps),
+    };
+    let mut l = Launch::new(dev, &f);
+    l.arg(y)
+        .arg(split)
+        .arg(quantized)
+        .arg(meta)
+        .arg(r32)
+        .arg(c32)
+        .arg(stages as i32)
+        .arg(chunk as i32);
+    epilogue_args(&mut l, &epi);
+    segment_args_of(&mut l, w.rows, more, |m| m.split.as_ref())?;
+    l.arg(balance as i32).arg(x).arg(norm).arg(eps);
+    // SAFETY: each block copies whole rows of the launch's split copies (`q8s_row_bytes(k)` per
+    // row, pieces of 16-byte multiples) into its own shared memory, which `shared` covers (the
+    // ring, the activation row's quants and scales, the barriers, the terms); it reads one
+    // activation row (checked: Q8_0 of k columns, or k values of x and of the norm weight) and
+    // writes one output per row it owns.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: ((warps * 32) as u32, 1, 1),
+            shared_mem_bytes: shared as u32,
+        })
+    }?;
+    Ok(true)
 }
 
 /// `y = x · Wᵀ` from W dequantized to f32 and x as is (the first GPU kernels, `matvec_{fmt}`):

@@ -429,21 +429,29 @@ fn assert_matvec_bit_exact(
     ms: &[usize],
 ) {
     let bytes = random_weights(rng, dtype, rows, cols);
-    let dm = DeviceMatrix::upload(dev, dtype, rows, cols, &bytes).unwrap();
-    for &m in ms {
-        let x = activations(rng, m, cols);
-        let want = cpu_matmul(dtype, &bytes, rows, cols, &x, m);
-        let mut y = poisoned(dev, m * rows);
-        ops::matvec(dev, &mut y, &dm, &dev.upload(&x).unwrap()).unwrap();
-        let got = dev.download(&y).unwrap();
-        let (n, first) = bit_mismatches(&got, &want, rows);
-        assert!(
-            n == 0,
-            "matvec {dtype} [{rows} x {cols}] m={m}: {n} of {} outputs differ from the CPU:\n  {first}",
-            got.len()
-        );
+    let mut dm = DeviceMatrix::upload(dev, dtype, rows, cols, &bytes).unwrap();
+    let run = |rng: &mut Rng, dm: &DeviceMatrix, ms: &[usize], how: &str| {
+        for &m in ms {
+            let x = activations(rng, m, cols);
+            let want = cpu_matmul(dtype, &bytes, rows, cols, &x, m);
+            let mut y = poisoned(dev, m * rows);
+            ops::matvec(dev, &mut y, dm, &dev.upload(&x).unwrap()).unwrap();
+            let got = dev.download(&y).unwrap();
+            let (n, first) = bit_mismatches(&got, &want, rows);
+            assert!(
+                n == 0,
+                "matvec {dtype} [{rows} x {cols}] m={m}{how}: {n} of {} outputs differ from the CPU:\n  {first}",
+                got.len()
+            );
+        }
+        eprintln!("matvec {dtype:5} [{rows:6} x {cols:5}] m={ms:?}{how}: every output bit-equal to the CPU");
+    };
+    run(rng, &dm, ms, "");
+    // Q8_0 on Hopper: one activation row again from the split copy (matvec_q8s_bulk), which
+    // uploads make only for large matrices.
+    if dtype == DType::Q8_0 && dm.split.is_none() && dm.split_copy(dev).unwrap() {
+        run(rng, &dm, &[1], " (split copy)");
     }
-    eprintln!("matvec {dtype:5} [{rows:6} x {cols:5}] m={ms:?}: every output bit-equal to the CPU");
 }
 
 /// `ops::matvec` (quantize + `matvec_q8_*`, or the float kernels) against the CPU matmul on the
@@ -462,7 +470,11 @@ fn matvec_matches_cpu_every_format() {
     // rows that are not whole 256-element runs; (8500, 1280): the staged kernel with 8 lanes per
     // row (from 8448 rows on an H200). F16 / BF16 on Hopper: (3000, 8448) takes the bulk kernel
     // with each block's copies split evenly between its warps (rows spanning warps), (1000,
-    // 4096) and (9, 14336) the same kernel dealing whole rows to the warps.
+    // 4096) and (9, 14336) the same kernel dealing whole rows to the warps. Q8_0 with one
+    // activation row also from its split copy on Hopper (matvec_q8s_bulk): (3000, 8448) and
+    // (9, 14336) with rows split between warps (a partial last group at 8448), (37, 4864) with
+    // most warps idle, (1000, 4096) and (1500, 2080) whole rows dealt in turn, (40, 896) and
+    // (300, 512) rows shorter than a copy.
     let shapes: [(usize, usize); 9] = [
         (300, 512),
         (40, 896),
@@ -1059,10 +1071,22 @@ fn matvec_epilogue_adds_bias_then_residual_like_the_cpu() {
     let Some((dev, mut rng)) = device() else {
         return;
     };
-    let (rows, cols) = (300, 512);
-    for dtype in [DType::Q4_0, DType::Q8_0, DType::Q4K, DType::Q6K, DType::F16] {
+    // (300, 4864): Q8_0 from its split copy on Hopper (rows of two copies, split between warps).
+    let cases = [
+        (DType::Q4_0, 512),
+        (DType::Q8_0, 512),
+        (DType::Q8_0, 4864),
+        (DType::Q4K, 512),
+        (DType::Q6K, 512),
+        (DType::F16, 512),
+    ];
+    let rows = 300;
+    for (dtype, cols) in cases {
         let bytes = random_weights(&mut rng, dtype, rows, cols);
-        let dm = DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap();
+        let mut dm = DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap();
+        if dtype == DType::Q8_0 && cols > 512 {
+            dm.split_copy(&dev).unwrap();
+        }
         for m in [1, 3, 9] {
             let x = activations(&mut rng, m, cols);
             let bias = rng.vec(rows, 1.0);
@@ -1096,7 +1120,7 @@ fn matvec_epilogue_adds_bias_then_residual_like_the_cpu() {
                 let (n, first) = bit_mismatches(&got, &want, rows);
                 assert!(
                     n == 0,
-                    "{dtype} m={m} bias {with_bias} residual {with_residual}: {n} outputs differ:\n  {first}"
+                    "{dtype} cols {cols} m={m} bias {with_bias} residual {with_residual}: {n} outputs differ:\n  {first}"
                 );
             }
         }
@@ -1302,6 +1326,79 @@ fn rms_norm_matvec_many_matches_norm_then_matvec() {
     assert!(dev.download(&y).unwrap().iter().all(|v| v.is_nan()));
 }
 
+/// RMSNorm inside the Q8_0 split-copy kernel (`ops::rms_norm_matvec_q8s_many`: each block
+/// normalises and quantizes the row itself) gives bit for bit the separate norm, quantization
+/// and products on the stored blocks (the row and tile kernels): gate and up of Qwen2.5 7B's
+/// width, Q/K/V-like parts with biases, rows with a partial last group (2080, 8448).
+#[test]
+fn rms_norm_matvec_q8s_many_matches_norm_then_matvec() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let cases: [(usize, &[(DType, usize)]); 4] = [
+        (3584, &[(DType::Q8_0, 4000), (DType::Q8_0, 4000)]),
+        (
+            3584,
+            &[(DType::Q8_0, 896), (DType::Q8_0, 128), (DType::Q8_0, 128)],
+        ),
+        (2080, &[(DType::Q8_0, 1000)]),
+        (8448, &[(DType::Q8_0, 600), (DType::Q8_0, 300)]),
+    ];
+    for (cols, mats) in cases {
+        let x = activations(&mut rng, 1, cols);
+        let g = rng.vec(cols, 1.0);
+        let (dx, dg) = (dev.upload(&x).unwrap(), dev.upload(&g).unwrap());
+        let (mut weights, biases) = random_matrices(&dev, &mut rng, mats, cols);
+        let download = |ys: &[DeviceBuffer<f32>]| -> Vec<Vec<u32>> {
+            ys.iter()
+                .map(|y| {
+                    dev.download(y)
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect()
+                })
+                .collect()
+        };
+        // The separate ops on the stored blocks, before any split copy exists.
+        let mut ys: Vec<DeviceBuffer<f32>> =
+            weights.iter().map(|w| poisoned(&dev, w.rows)).collect();
+        {
+            let mut parts = matvec_parts(&mut ys, &weights, &biases);
+            let mut normed = poisoned(&dev, cols);
+            ops::rms_norm(&dev, &mut normed, &dx, &dg, 1e-6).unwrap();
+            let mut acts = ops::DeviceActs::new(&dev, DType::Q8_0, 1, cols).unwrap();
+            ops::quantize_acts(&dev, &mut acts, &normed).unwrap();
+            ops::matvec_many(&dev, &mut parts, &normed, Some(&acts)).unwrap();
+        }
+        let want = download(&ys);
+        let mut split = true;
+        for w in weights.iter_mut() {
+            split &= w.split_copy(&dev).unwrap();
+        }
+        if !split {
+            eprintln!("no split copies on this GPU (sm_90+ only): skipped");
+            return;
+        }
+        let mut ys: Vec<DeviceBuffer<f32>> =
+            weights.iter().map(|w| poisoned(&dev, w.rows)).collect();
+        {
+            let mut parts = matvec_parts(&mut ys, &weights, &biases);
+            assert!(ops::rms_norm_matvec_q8s_many(&dev, &mut parts, &dx, &dg, 1e-6).unwrap());
+        }
+        let got = download(&ys);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let differ = g.iter().zip(w).filter(|(a, b)| a != b).count();
+            assert!(
+                differ == 0,
+                "cols {cols} {mats:?}: matrix {i}: {differ} of {} outputs differ",
+                g.len()
+            );
+        }
+        eprintln!("q8s norm inside, cols {cols} {mats:?}: bit-equal to norm, quantize, matvec");
+    }
+}
+
 /// Decode of long k-quant rows (up to Qwen2.5 7B's MLP down projection, k = 18944), through
 /// the one-row kernel (`matvec_q8_rows_*`, rounds of 32 super-blocks across row boundaries) or
 /// the block-step kernel, bit for bit the CPU's.
@@ -1384,10 +1481,14 @@ fn matvec_many_matches_separate_products() {
     let Some((dev, mut rng)) = device() else {
         return;
     };
-    let cases: [(DType, usize, &[usize]); 11] = [
+    // Q8_0 rows of 2048 values or more from split copies on Hopper (matvec_q8s_bulk): 3584 one
+    // copy per row, 8448 three (the last group partial, rows split between warps).
+    let cases: [(DType, usize, &[usize]); 13] = [
         (DType::Q5_0, 896, &[896, 128, 128]),
         (DType::Q8_0, 896, &[4864, 4864]),
         (DType::Q8_0, 1536, &[1536, 256, 256]),
+        (DType::Q8_0, 3584, &[3584, 512, 512]),
+        (DType::Q8_0, 8448, &[700, 300]),
         (DType::Q4_0, 3584, &[9472, 9472]),
         (DType::Q4_1, 2048, &[700, 300]),
         (DType::Q4K, 1536, &[1536, 256, 256]),
@@ -1419,7 +1520,11 @@ fn matvec_many_matches_separate_products() {
                     .map(|(p, b)| p + b)
                     .collect::<Vec<f32>>(),
             );
-            mats.push(DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap());
+            let mut m = DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap();
+            if dtype == DType::Q8_0 && cols >= 2048 {
+                m.split_copy(&dev).unwrap();
+            }
+            mats.push(m);
             biases.push(dev.upload(&bias).unwrap());
         }
         let mut ys: Vec<DeviceBuffer<f32>> = heights.iter().map(|&r| poisoned(&dev, r)).collect();

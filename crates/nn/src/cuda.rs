@@ -438,9 +438,10 @@ impl Backend for CudaBackend {
         eps: f32,
         ws: &[(&DeviceMatrix, Option<&DeviceBuffer<f32>>)],
     ) -> Result<Vec<CudaTensor>> {
-        // One row against F16 / BF16 weights (Hopper's bulk-copy kernel), or of up to
-        // NORM_IN_MATVEC_MAX_COLS against k-quant weights (the row kernel): the product's blocks
-        // normalise (and quantize) the row themselves.
+        // One row against F16 / BF16 weights (Hopper's bulk-copy kernel) or Q8_0 weights with
+        // split copies (its Q8_0 form), or of up to NORM_IN_MATVEC_MAX_COLS against k-quant
+        // weights (the row kernel): the product's blocks normalise (and quantize) the row
+        // themselves.
         let one_row = !fusion_disabled() && x.rows == 1 && ws.iter().all(|(m, _)| m.cols == x.cols);
         if one_row
             && bulk_prologue("norm")
@@ -448,6 +449,13 @@ impl Backend for CudaBackend {
         {
             if let Some(outs) =
                 self.normed_products(ws, ops::rms_norm_matvec_float_many, x, w, eps)?
+            {
+                return Ok(outs);
+            }
+        }
+        if one_row && bulk_prologue("norm") && ws.iter().all(|(m, _)| ops::q8s_applies(m)) {
+            if let Some(outs) =
+                self.normed_products(ws, ops::rms_norm_matvec_q8s_many, x, w, eps)?
             {
                 return Ok(outs);
             }
