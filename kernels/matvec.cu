@@ -2146,16 +2146,13 @@ MATVEC_BULK(bf16, 2)
 // partial group's blocks: adding +0 to a sum that started at +0 never changes it, as it cannot
 // become -0), then lane 0 adds them to the row's sum with 16-byte reads.
 //
-// Rows are dealt to the block's warps in turn, or with `balance` the block's chunks are split
-// evenly between its warps in order (each warp one contiguous run): a row may then span warps.
-// A warp whose run begins inside a row keeps that part's terms in shared memory (`lead`, at most
-// one row's per warp); the warp where the row began leaves its running sum (`trail`); at the
-// block's end one thread per such row continues the sum with the later warps' terms, in order.
+// Rows are dealt to the block's warps in turn. (Splitting a block's copies evenly between its
+// warps, rows spanning warps and their sums continued at the block's end, measured slower on
+// 3584×18944: 2,631 against 3,100 GB/s.)
 //
 // Dynamic shared memory: the ring (warps × stages × chunk bytes), the activation quants (k
 // bytes), their scales as f32 (k / 32, padded to 16 bytes), warps × stages mbarriers, a chunk's
-// terms per warp (chunk / 544 rounded up to even, × 16), then with `balance` per warp a trail
-// sum, a term count and the lead terms ((k / 512 rounded up + 1) × 16).
+// terms per warp (chunk / 544 rounded up to even, × 16).
 #define Q8S_GROUP_BLOCKS 16
 #define Q8S_GROUP_BYTES 544
 __device__ __forceinline__ int q8s_row_bytes(int k) {
@@ -2188,7 +2185,7 @@ extern "C" __global__ void q8_0_split(u8* __restrict__ out, const u8* __restrict
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
 __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 meta, int k,
-                           const float* __restrict__ residual, int stages, int chunk, int balance,
+                           const float* __restrict__ residual, int stages, int chunk,
                            const float* __restrict__ x, const float* __restrict__ nw, float eps) {
     extern __shared__ uint4 mvb_smem[];
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, n_warps = blockDim.x / WARP;
@@ -2201,23 +2198,16 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
     // Term slots: groups are taken in pairs, so an odd count writes one group of zeros more.
     const int chunk_groups = chunk / Q8S_GROUP_BYTES;
     const int chunk_terms = (chunk_groups + 1) / 2 * 2 * Q8S_GROUP_BLOCKS;
-    const int lead_cap = ((nb + Q8S_GROUP_BLOCKS - 1) / Q8S_GROUP_BLOCKS + 1) * Q8S_GROUP_BLOCKS;
     float* terms = (float*)(tail + 8 * n_warps * stages);
     float* my_terms = terms + warp * chunk_terms;
-    float* trail = terms + n_warps * chunk_terms;
-    int* lead_n = (int*)(trail + n_warps);
-    float* lead = (float*)(lead_n + n_warps);
     const u32 ring_s = (u32)__cvta_generic_to_shared(ring);
     const int G = gridDim.x, n = sg.n_out;
     const int r0 = (int)((i64)blockIdx.x * n / G), r1 = (int)((i64)(blockIdx.x + 1) * n / G);
     const int per_row = (row_bytes + chunk - 1) / chunk;
-    const int block_chunks = (r1 - r0) * per_row;
-    const int first = balance ? (int)((i64)block_chunks * warp / n_warps) : 0;
     const int my_rows = r1 - r0 > warp ? (r1 - r0 - warp + n_warps - 1) / n_warps : 0;
-    const int n_chunks = balance ? (int)((i64)block_chunks * (warp + 1) / n_warps) - first : my_rows * per_row;
+    const int n_chunks = my_rows * per_row;
     // A cursor over this warp's chunks: local row (from r0) and chunk within the row.
-    const int row_step = balance ? 1 : n_warps;
-    int issue_row = balance ? first / per_row : warp, issue_in = balance ? first % per_row : 0;
+    int issue_row = warp, issue_in = 0;
     auto issue_next = [&](int c) {
         const int row = r0 + issue_row, off = issue_in * chunk;
         const int s = sg.seg(row);
@@ -2226,7 +2216,7 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
         mvb_issue(ring_s + slot * chunk, src, (u32)min(chunk, row_bytes - off), bars + 8u * slot);
         if (++issue_in == per_row) {
             issue_in = 0;
-            issue_row += row_step;
+            issue_row += n_warps;
         }
     };
     if (lane == 0) {
@@ -2268,20 +2258,14 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
     }
     __syncthreads();
     float acc = 0.0f;  // lane 0: the current row's sum
-    int n_lead = 0;
-    int row = balance ? first / per_row : warp, in_row = balance ? first % per_row : 0;
-    bool leading = balance && n_chunks > 0 && in_row != 0;
+    int row = warp, in_row = 0;
     const int half = lane >> 4, b = lane & 15;
     for (int c = 0; c < n_chunks; ++c) {
         const int slot = c % stages;
         const int off = in_row * chunk, bytes = min(chunk, row_bytes - off);
-        if (in_row == 0) {
-            leading = false;
-            acc = 0.0f;
-        }
+        if (in_row == 0) acc = 0.0f;
         mvb_wait(bars + 8u * slot, (u32)(c / stages) & 1u);
         const u8* buf = ring + slot * chunk;
-        float* dst = leading ? lead + warp * lead_cap + n_lead : my_terms;
         const int n_groups = (bytes + Q8S_GROUP_BYTES - 1) / Q8S_GROUP_BYTES;
         const int g_first = in_row * chunk_groups;  // the chunk's first group in the row
 #pragma unroll 2
@@ -2304,7 +2288,7 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
             s1 = mv_dp4a(w1.w, a1.w, s1);
             const float dw = f16_to_f32(load_u16(grp + 32 * vn + 2 * vb));
             const float t = __fmul_rn((float)(s0 + s1), __fmul_rn(dw, ad[(g_first + vj) * Q8S_GROUP_BLOCKS + vb]));
-            dst[j * Q8S_GROUP_BLOCKS + lane] = valid ? t : 0.0f;
+            my_terms[j * Q8S_GROUP_BLOCKS + lane] = valid ? t : 0.0f;
         }
         const int n_terms = n_groups * Q8S_GROUP_BLOCKS;
         __syncwarp();
@@ -2312,9 +2296,7 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our reads, then the copy's writes
             issue_next(c + stages);
         }
-        if (leading) {
-            n_lead += n_terms;
-        } else if (lane == 0) {
+        if (lane == 0) {
             const float4* t4 = (const float4*)my_terms;
 #pragma unroll 4
             for (int i = 0; i < n_terms / 4; ++i) {
@@ -2322,48 +2304,26 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
                 acc = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(acc, t.x), t.y), t.z), t.w);
             }
         }
-        const bool row_end = in_row == per_row - 1;
-        if (lane == 0 && !leading && (row_end || (balance && c == n_chunks - 1))) {
-            if (row_end) {
-                const int grow = r0 + row, sgi = sg.seg(grow), lr = grow - sg.first(sgi);
-                sg.y(sgi)[lr] = mv_epilogue(acc, sg.bias(sgi), residual, lr, lr);
-            } else {
-                trail[warp] = acc;
-            }
+        if (lane == 0 && in_row == per_row - 1) {
+            const int grow = r0 + row, sgi = sg.seg(grow), lr = grow - sg.first(sgi);
+            sg.y(sgi)[lr] = mv_epilogue(acc, sg.bias(sgi), residual, lr, lr);
         }
         __syncwarp();  // lane 0 has read the terms before they are rewritten
         if (++in_row == per_row) {
             in_row = 0;
-            row += row_step;
+            row += n_warps;
         }
-    }
-    if (!balance) return;
-    if (lane == 0) lead_n[warp] = n_lead;
-    __syncthreads();
-    // Rows that span warps: the warp holding a row's first chunk left its sum in `trail`; each
-    // later warp whose run begins inside the row holds the terms of its part in `lead`.
-    auto first_of = [&](int w) { return (int)((i64)block_chunks * w / n_warps); };
-    for (int i = threadIdx.x; i < r1 - r0; i += blockDim.x) {
-        const int c0 = i * per_row, c1 = c0 + per_row;
-        int w0 = n_warps - 1;
-        while (first_of(w0) > c0) --w0;
-        if (w0 + 1 >= n_warps || first_of(w0 + 1) >= c1) continue;  // written by warp w0
-        float sum = trail[w0];
-        for (int w = w0 + 1; w < n_warps && first_of(w) < c1; ++w)
-            for (int t = 0; t < lead_n[w]; ++t) sum = __fadd_rn(sum, lead[w * lead_cap + t]);
-        const int grow = r0 + i, sgi = sg.seg(grow), lr = grow - sg.first(sgi);
-        sg.y(sgi)[lr] = mv_epilogue(sum, sg.bias(sgi), residual, lr, lr);
     }
 }
 #endif
 
 extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 2)
     matvec_q8s_bulk(float* y, const u8* w, const u8* acts, long long meta, int n_out, int k, int stages,
-                    int chunk, const float* bias, const float* residual, MV_SEG_PARAMS, int balance,
+                    int chunk, const float* bias, const float* residual, MV_SEG_PARAMS,
                     const float* x, const float* nw, float eps) {
     PDL_WAITS_INSIDE();
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-    matvec_q8s(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, balance, x, nw, eps);
+    matvec_q8s(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw, eps);
 #else
     PDL_WAIT();  // sm_80: never launched (the host takes the other Q8_0 kernels)
 #endif

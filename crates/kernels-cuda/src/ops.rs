@@ -428,11 +428,10 @@ impl DeviceMatrix {
         // last block.
         let data = dev.zeros::<u8>(expected + WEIGHT_PAD)?;
         dev.overwrite(&data, bytes)?;
-        let split = match q8s_min_shape() {
-            Some((min_rows, min_cols)) if rows >= min_rows && cols >= min_cols => {
-                q8_split(dev, dtype, rows, cols, &data)?
-            }
-            _ => None,
+        let split = if q8s_wanted(rows, cols) {
+            q8_split(dev, dtype, rows, cols, &data)?
+        } else {
+            None
         };
         Ok(DeviceMatrix {
             dtype,
@@ -473,31 +472,45 @@ fn q8s_row_bytes(cols: usize) -> usize {
         }
 }
 
-/// Which Q8_0 matrices get a split copy (`SYNAPTIX_Q8_SPLIT`): those of at least
-/// [`Q8S_MIN_ROWS`] rows of [`Q8S_MIN_COLS`] values by default, `R,C` other bounds, `0` none.
-fn q8s_min_shape() -> Option<(usize, usize)> {
-    static MIN: std::sync::OnceLock<Option<(usize, usize)>> = std::sync::OnceLock::new();
-    *MIN.get_or_init(
-        || match std::env::var("SYNAPTIX_Q8_SPLIT").ok().as_deref() {
-            Some("0") | Some("off") => None,
-            Some(v) => {
-                let n: Vec<usize> = v.split(',').filter_map(|s| s.trim().parse().ok()).collect();
-                Some(match n[..] {
-                    [rows, cols] => (rows, cols.max(32)),
-                    _ => (Q8S_MIN_ROWS, Q8S_MIN_COLS),
-                })
+/// Whether an uploaded Q8_0 matrix of `rows × cols` gets a split copy (`SYNAPTIX_Q8_SPLIT`):
+/// by default those of at least [`Q8S_MIN_VALUES`] values in rows of at least
+/// [`Q8S_MIN_COLS`], and any with rows of at least [`Q8S_LONG_COLS`]; `N,C` those of at least N
+/// values in rows of at least C instead; `0` none.
+fn q8s_wanted(rows: usize, cols: usize) -> bool {
+    enum Rule {
+        Default,
+        Bounds(usize, usize),
+        Off,
+    }
+    static RULE: std::sync::OnceLock<Rule> = std::sync::OnceLock::new();
+    let rule = RULE.get_or_init(|| match std::env::var("SYNAPTIX_Q8_SPLIT").ok().as_deref() {
+        Some("0") | Some("off") => Rule::Off,
+        Some(v) => {
+            let n: Vec<usize> = v.split(',').filter_map(|s| s.trim().parse().ok()).collect();
+            match n[..] {
+                [values, cols] => Rule::Bounds(values, cols),
+                _ => Rule::Default,
             }
-            None => Some((Q8S_MIN_ROWS, Q8S_MIN_COLS)),
-        },
-    )
+        }
+        None => Rule::Default,
+    });
+    match *rule {
+        Rule::Off => false,
+        Rule::Bounds(values, min_cols) => rows * cols >= values && cols >= min_cols,
+        Rule::Default => {
+            (rows * cols >= Q8S_MIN_VALUES && cols >= Q8S_MIN_COLS) || cols >= Q8S_LONG_COLS
+        }
+    }
 }
 
-/// The smallest Q8_0 matrices that get a split copy. On the H200 (GB/s, one row, stored-block
-/// kernels → `matvec_q8s_bulk`): 37888×3584 3,128 → 3,741 and 152064×3584 3,671 → 4,140, but
-/// 4608×3584 1,775 → 1,725, 3584×3584 2,223 → 1,683, 3584×18944 2,460 → 2,440, 17920×1536
-/// 2,575 → 2,001 and 1536×8960 1,545 → 1,160: a warp needs many long rows.
-const Q8S_MIN_ROWS: usize = 8192;
+/// The Q8_0 matrices that get a split copy: a warp needs many long rows. On the H200 (GB/s, one
+/// row, stored-block kernels → `matvec_q8s_bulk`): 37888×3584 3,175 → 3,734, 152064×3584
+/// 3,681 → 4,054, 3584×18944 2,463 → 3,240 and 1536×8960 1,535 → 1,738, but 3584×3584
+/// 2,213 → 1,687, 17920×1536 2,575 → 2,001 and 151936×1536 3,438 → 2,654; 4608×3584 even
+/// (1,777 → 1,801). 7B Q8_0 tg128 with Q/K/V and O split too: 297.6-300.8 against 304.3-304.6.
+const Q8S_MIN_VALUES: usize = 32 << 20;
 const Q8S_MIN_COLS: usize = 3072;
+const Q8S_LONG_COLS: usize = 8192;
 
 /// The split copy of a Q8_0 matrix for `matvec_q8s_bulk` (see [`DeviceMatrix::split`]), made
 /// on the GPU from the uploaded blocks, where the kernel applies (Q8_0, sm_90+, bulk kernels not
@@ -1983,14 +1996,12 @@ pub fn rms_norm_matvec_q8s_many(
 }
 
 /// The ring of `matvec_q8s_bulk`: `stages` copies of `groups` × 544 bytes in flight per warp,
-/// `warps` warps per block, and whether blocks split their copies evenly between their warps
-/// (None: where a row takes several copies). `SYNAPTIX_Q8S=S,G[,W[,B]]` sets them (sweeps).
+/// `warps` warps per block. `SYNAPTIX_Q8S=S,G[,W]` sets them (sweeps).
 #[derive(Debug, Clone, Copy)]
 struct Q8sShape {
     stages: usize,
     groups: usize,
     warps: usize,
-    balance: Option<bool>,
 }
 
 fn q8s_shape() -> Q8sShape {
@@ -1999,7 +2010,6 @@ fn q8s_shape() -> Q8sShape {
         stages: 2,
         groups: 8,
         warps: 16,
-        balance: None,
     };
     *SHAPE.get_or_init(|| {
         let v = std::env::var("SYNAPTIX_Q8S").unwrap_or_default();
@@ -2009,7 +2019,6 @@ fn q8s_shape() -> Q8sShape {
                 stages,
                 groups,
                 warps: rest.first().copied().unwrap_or(DEFAULT.warps).clamp(1, 16),
-                balance: rest.get(1).map(|&b| b != 0),
             },
             _ => DEFAULT,
         }
@@ -2047,25 +2056,16 @@ fn matvec_q8s(
         stages,
         groups,
         warps,
-        balance,
     } = q8s_shape();
     let chunk = groups * Q8S_GROUP_BYTES;
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
     let blocks = rows.min(sm_count(dev) * (16 / warps).max(1));
-    let per_row = q8s_row_bytes(k).div_ceil(chunk);
-    let balance = balance.unwrap_or(per_row > 1);
     // Term slots as kernels/matvec.cu sizes them (groups taken in pairs).
-    let lead_cap = ((k / 32).div_ceil(Q8S_GROUP_BLOCKS) + 1) * Q8S_GROUP_BLOCKS;
     let shared = warps * stages * chunk
         + k
         + (k / 32 * 4).next_multiple_of(16)
         + warps * stages * 8
-        + warps * groups.next_multiple_of(2) * Q8S_GROUP_BLOCKS * 4
-        + if balance {
-            warps * (8 + lead_cap * 4)
-        } else {
-            0
-        };
+        + warps * groups.next_multiple_of(2) * Q8S_GROUP_BLOCKS * 4;
     let f = dev.function("matvec", "matvec_q8s_bulk")?;
     if shared > dev.max_shared_memory(&f)? {
         return Ok(false);
@@ -2089,7 +2089,7 @@ fn matvec_q8s(
         .arg(chunk as i32);
     epilogue_args(&mut l, &epi);
     segment_args_of(&mut l, w.rows, more, |m| m.split.as_ref())?;
-    l.arg(balance as i32).arg(x).arg(norm).arg(eps);
+    l.arg(x).arg(norm).arg(eps);
     // SAFETY: each block copies whole rows of the launch's split copies (`q8s_row_bytes(k)` per
     // row, pieces of 16-byte multiples) into its own shared memory, which `shared` covers (the
     // ring, the activation row's quants and scales, the barriers, the terms); it reads one

@@ -472,8 +472,8 @@ fn matvec_matches_cpu_every_format() {
     // with each block's copies split evenly between its warps (rows spanning warps), (1000,
     // 4096) and (9, 14336) the same kernel dealing whole rows to the warps. Q8_0 with one
     // activation row also from its split copy on Hopper (matvec_q8s_bulk): (3000, 8448) and
-    // (9, 14336) with rows split between warps (a partial last group at 8448), (37, 4864) with
-    // most warps idle, (1000, 4096) and (1500, 2080) whole rows dealt in turn, (40, 896) and
+    // (9, 14336) rows of several copies (a partial last group at 8448), (37, 4864) with most
+    // warps idle, (1000, 4096) and (1500, 2080) rows of one copy, (40, 896) and
     // (300, 512) rows shorter than a copy.
     let shapes: [(usize, usize); 9] = [
         (300, 512),
@@ -1071,7 +1071,7 @@ fn matvec_epilogue_adds_bias_then_residual_like_the_cpu() {
     let Some((dev, mut rng)) = device() else {
         return;
     };
-    // (300, 4864): Q8_0 from its split copy on Hopper (rows of two copies, split between warps).
+    // (300, 4864): Q8_0 from its split copy on Hopper (rows of two copies, a partial group).
     let cases = [
         (DType::Q4_0, 512),
         (DType::Q8_0, 512),
@@ -1482,7 +1482,7 @@ fn matvec_many_matches_separate_products() {
         return;
     };
     // Q8_0 rows of 2048 values or more from split copies on Hopper (matvec_q8s_bulk): 3584 one
-    // copy per row, 8448 three (the last group partial, rows split between warps).
+    // copy per row, 8448 three (the last group partial).
     let cases: [(DType, usize, &[usize]); 13] = [
         (DType::Q5_0, 896, &[896, 128, 128]),
         (DType::Q8_0, 896, &[4864, 4864]),
