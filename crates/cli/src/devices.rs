@@ -135,9 +135,9 @@ fn kernel_paths(cc: (i32, i32)) -> String {
             "f16/bf16 tensor-core GEMM (mma.sync)"
         },
         if cc.0 >= 9 {
-            ". sm_90+: programmatic dependent launch; F16/BF16 decode rows of 2048+ values \
-             and the k-quant decode kernel's weight rounds streamed into shared memory by bulk \
-             copies (TMA)"
+            ". sm_90+: programmatic dependent launch; F16/BF16 decode rows of 2048+ values, \
+             large Q8_0 matrices (from a split copy made at load) and the k-quant decode \
+             kernel's weight rounds streamed into shared memory by bulk copies (TMA)"
         } else {
             ""
         }
@@ -204,7 +204,7 @@ mod tests {
     fn kernel_paths_name_the_gemm_each_card_runs() {
         let hopper = kernel_paths((9, 0));
         assert!(hopper.contains("wgmma") && hopper.contains("programmatic dependent launch"));
-        assert!(hopper.contains("bulk copies"));
+        assert!(hopper.contains("bulk copies") && hopper.contains("Q8_0"));
         let ampere = kernel_paths((8, 6));
         assert!(ampere.contains("mma.sync") && !ampere.contains("wgmma"));
         assert!(!ampere.contains("programmatic") && !ampere.contains("bulk copies"));

@@ -483,17 +483,19 @@ fn q8s_wanted(rows: usize, cols: usize) -> bool {
         Off,
     }
     static RULE: std::sync::OnceLock<Rule> = std::sync::OnceLock::new();
-    let rule = RULE.get_or_init(|| match std::env::var("SYNAPTIX_Q8_SPLIT").ok().as_deref() {
-        Some("0") | Some("off") => Rule::Off,
-        Some(v) => {
-            let n: Vec<usize> = v.split(',').filter_map(|s| s.trim().parse().ok()).collect();
-            match n[..] {
-                [values, cols] => Rule::Bounds(values, cols),
-                _ => Rule::Default,
+    let rule = RULE.get_or_init(
+        || match std::env::var("SYNAPTIX_Q8_SPLIT").ok().as_deref() {
+            Some("0") | Some("off") => Rule::Off,
+            Some(v) => {
+                let n: Vec<usize> = v.split(',').filter_map(|s| s.trim().parse().ok()).collect();
+                match n[..] {
+                    [values, cols] => Rule::Bounds(values, cols),
+                    _ => Rule::Default,
+                }
             }
-        }
-        None => Rule::Default,
-    });
+            None => Rule::Default,
+        },
+    );
     match *rule {
         Rule::Off => false,
         Rule::Bounds(values, min_cols) => rows * cols >= values && cols >= min_cols,
