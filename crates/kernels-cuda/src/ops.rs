@@ -1884,6 +1884,23 @@ fn matvec_bulk(
     Ok(true)
 }
 
+/// Checks the outputs and biases of one activation row's parts (`first` and `rest`) and returns
+/// the first part's epilogue (its bias; the launch passes the others' as segments).
+fn check_row_parts<'a>(first: &MatvecPart<'a>, rest: &[MatvecPart]) -> Result<Epilogue<'a>> {
+    for p in std::iter::once(first).chain(rest.iter()) {
+        check_matvec(p.w, p.y.len(), 1)?;
+        Epilogue {
+            bias: p.bias,
+            residual: None,
+        }
+        .check(p.w.rows, p.y.len())?;
+    }
+    Ok(Epilogue {
+        bias: first.bias,
+        residual: None,
+    })
+}
+
 /// `parts[i].y = rms_norm(x, norm, eps) · W_iᵀ (+ bias_i)` for one row against up to three
 /// F16 / BF16 matrices of one format and row length, in one launch that normalises inside
 /// (`matvec_bulk_*`). Returns false, launching nothing, where that kernel does not apply.
@@ -1900,18 +1917,7 @@ pub fn rms_norm_matvec_float_many(
     if rest.len() > 2 || (!rest.is_empty() && many_disabled()) || !bulk_applies(dev, first.w) {
         return Ok(false);
     }
-    for p in std::iter::once(&*first).chain(rest.iter()) {
-        check_matvec(p.w, p.y.len(), 1)?;
-        Epilogue {
-            bias: p.bias,
-            residual: None,
-        }
-        .check(p.w.rows, p.y.len())?;
-    }
-    let epi = Epilogue {
-        bias: first.bias,
-        residual: None,
-    };
+    let epi = check_row_parts(first, rest)?;
     let pro = RowPrologue::RmsNorm { weight: norm, eps };
     matvec_bulk(dev, first.y, first.w, x, epi, rest, pro)
 }
@@ -1977,18 +1983,7 @@ pub fn rms_norm_matvec_q8s_many(
     if rest.len() > 2 || (!rest.is_empty() && many_disabled()) {
         return Ok(false);
     }
-    for p in std::iter::once(&*first).chain(rest.iter()) {
-        check_matvec(p.w, p.y.len(), 1)?;
-        Epilogue {
-            bias: p.bias,
-            residual: None,
-        }
-        .check(p.w.rows, p.y.len())?;
-    }
-    let epi = Epilogue {
-        bias: first.bias,
-        residual: None,
-    };
+    let epi = check_row_parts(first, rest)?;
     let acts = Q8sActs::Norm {
         x,
         weight: norm,

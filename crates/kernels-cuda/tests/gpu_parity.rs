@@ -1309,12 +1309,23 @@ fn rms_norm_matvec_many_matches_norm_then_matvec() {
         }
     }
     // Rows that are not whole super-blocks: not taken, nothing written.
-    let cols = 896;
-    let bytes = random_weights(&mut rng, DType::Q8_0, 64, cols);
-    let w = DeviceMatrix::upload(&dev, DType::Q8_0, 64, cols, &bytes).unwrap();
-    let mut y = poisoned(&dev, 64);
+    assert_norm_product_refused(&dev, &mut rng, ops::rms_norm_matvec_many, DType::Q8_0, 896);
+}
+
+/// A product with RMSNorm inside (`ops::rms_norm_matvec_*many`) asked for a `dtype` matrix of
+/// 64 rows of `cols` that its kernel does not take: Ok(false), and the output keeps its poison.
+fn assert_norm_product_refused(
+    dev: &CudaDevice,
+    rng: &mut Rng,
+    product: NormedProduct,
+    dtype: DType,
+    cols: usize,
+) {
+    let bytes = random_weights(rng, dtype, 64, cols);
+    let w = DeviceMatrix::upload(dev, dtype, 64, cols, &bytes).unwrap();
+    let mut y = poisoned(dev, 64);
     let (dx, dg) = (
-        dev.upload(&activations(&mut rng, 1, cols)).unwrap(),
+        dev.upload(&activations(rng, 1, cols)).unwrap(),
         dev.upload(&rng.vec(cols, 1.0)).unwrap(),
     );
     let mut parts = [ops::MatvecPart {
@@ -1322,14 +1333,29 @@ fn rms_norm_matvec_many_matches_norm_then_matvec() {
         y: &mut y,
         bias: None,
     }];
-    assert!(!ops::rms_norm_matvec_many(&dev, &mut parts, &dx, &dg, 1e-6).unwrap());
-    assert!(dev.download(&y).unwrap().iter().all(|v| v.is_nan()));
+    assert!(
+        !product(dev, &mut parts, &dx, &dg, 1e-6).unwrap(),
+        "{dtype} [64, {cols}] taken"
+    );
+    assert!(
+        dev.download(&y).unwrap().iter().all(|v| v.is_nan()),
+        "{dtype} [64, {cols}] written"
+    );
 }
+
+type NormedProduct = fn(
+    &CudaDevice,
+    &mut [ops::MatvecPart],
+    &DeviceBuffer<f32>,
+    &DeviceBuffer<f32>,
+    f32,
+) -> synaptix_kernels_cuda::Result<bool>;
 
 /// RMSNorm inside the Q8_0 split-copy kernel (`ops::rms_norm_matvec_q8s_many`: each block
 /// normalises and quantizes the row itself) gives bit for bit the separate norm, quantization
 /// and products on the stored blocks (the row and tile kernels): gate and up of Qwen2.5 7B's
-/// width, Q/K/V-like parts with biases, rows with a partial last group (2080, 8448).
+/// width, Q/K/V-like parts with biases, rows with a partial last group (2080, 8448); matrices
+/// without split copies are refused.
 #[test]
 fn rms_norm_matvec_q8s_many_matches_norm_then_matvec() {
     let Some((dev, mut rng)) = device() else {
@@ -1397,6 +1423,22 @@ fn rms_norm_matvec_q8s_many_matches_norm_then_matvec() {
         }
         eprintln!("q8s norm inside, cols {cols} {mats:?}: bit-equal to norm, quantize, matvec");
     }
+    // A Q8_0 matrix without a split copy (too small for one at upload), or another format: not
+    // taken, nothing written.
+    assert_norm_product_refused(
+        &dev,
+        &mut rng,
+        ops::rms_norm_matvec_q8s_many,
+        DType::Q8_0,
+        3584,
+    );
+    assert_norm_product_refused(
+        &dev,
+        &mut rng,
+        ops::rms_norm_matvec_q8s_many,
+        DType::Q4_0,
+        3584,
+    );
 }
 
 /// Decode of long k-quant rows (up to Qwen2.5 7B's MLP down projection, k = 18944), through
@@ -1817,20 +1859,13 @@ fn bulk_matvec_prologues_match_separate_ops() {
         }
     }
     // Rows under 2048 values: the register kernels' business.
-    let bytes = random_weights(&mut rng, DType::F16, 64, 896);
-    let w = DeviceMatrix::upload(&dev, DType::F16, 64, 896, &bytes).unwrap();
-    let mut y = poisoned(&dev, 64);
-    let (dx, dg) = (
-        dev.upload(&activations(&mut rng, 1, 896)).unwrap(),
-        dev.upload(&rng.vec(896, 1.0)).unwrap(),
+    assert_norm_product_refused(
+        &dev,
+        &mut rng,
+        ops::rms_norm_matvec_float_many,
+        DType::F16,
+        896,
     );
-    let mut parts = [ops::MatvecPart {
-        w: &w,
-        y: &mut y,
-        bias: None,
-    }];
-    assert!(!ops::rms_norm_matvec_float_many(&dev, &mut parts, &dx, &dg, 1e-6).unwrap());
-    assert!(dev.download(&y).unwrap().iter().all(|v| v.is_nan()));
 }
 
 /// One decode row through `rope_store_attention` (RoPE of q and of the new key, the cache store
