@@ -921,12 +921,16 @@ fn matvec_tile(
     // Rows of whole 256-element runs are 16-byte aligned in every round: the staged kernel, with
     // 8 lanes per row (H200, Q8_0 37888×3584: 2,558 → 3,291 GB/s). With 32 (one row per warp)
     // it lost to the register ring on every shape measured (3584×18944 2,466 → 1,899 GB/s,
-    // 3584×3584 2,252 → 1,429), so few rows keep `matvec_q8_row_*`, or with
-    // `SYNAPTIX_Q8_STILE16=1` take the staged kernel with 16 lanes per row (two rows per warp).
+    // 3584×3584 2,252 → 1,429), so few rows keep `matvec_q8_row_*`. Rows more than one wave of
+    // it (ROW_KERNEL_WARPS_PER_SM warps an SM) take the staged kernel with 16 lanes per row (two
+    // rows per warp) instead, which the H200 ran faster there (4608×3584, 7B's Q/K/V: 1,776 →
+    // 1,990 GB/s; below one wave it lost: 3584×3584 2,246 → 1,714). `SYNAPTIX_Q8_STILE16=1`
+    // gives it every such row count, `=0` none.
     let aligned = staged_tile_kernel() && w.cols.is_multiple_of(256);
+    let beyond_one_wave = rows > sm_count(dev) * ROW_KERNEL_WARPS_PER_SM;
     let lanes_per_row = if rows >= 4 * sm_count(dev) * (MVT_WARPS * 32 / 8) {
         8
-    } else if aligned && staged_tile16() {
+    } else if aligned && staged_tile16().unwrap_or(beyond_one_wave) {
         16
     } else {
         32
@@ -971,12 +975,20 @@ fn matvec_tile(
     Ok(())
 }
 
-/// `SYNAPTIX_Q8_STILE16=1`: [`matvec_tile`] gives rows too few for 8 lanes each to the staged
-/// kernel with 16 lanes per row instead of the one-row-per-warp register ring.
-fn staged_tile16() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("SYNAPTIX_Q8_STILE16").as_deref() == Ok("1"))
+/// `SYNAPTIX_Q8_STILE16=1` / `=0`: [`matvec_tile`] gives every row count too small for 8
+/// lanes a row to the staged kernel with 16 lanes per row / none (None: its own rule).
+fn staged_tile16() -> Option<bool> {
+    static ON: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| match std::env::var("SYNAPTIX_Q8_STILE16").as_deref() {
+        Ok("1") => Some(true),
+        Ok("0") => Some(false),
+        _ => None,
+    })
 }
+
+/// Warps of `matvec_q8_row_*` resident per SM: its 64 registers a thread (ptxas, sm_90) allow
+/// 8 blocks of 4 warps.
+const ROW_KERNEL_WARPS_PER_SM: usize = 32;
 
 /// Whether [`matvec_tile`] stages the weights in shared memory (coalesced 16-byte copies) when
 /// the row length allows it. `SYNAPTIX_NO_STAGED_TILE` set: never, for comparisons.

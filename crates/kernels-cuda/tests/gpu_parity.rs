@@ -468,14 +468,16 @@ fn matvec_matches_cpu_every_format() {
     // of whole rows (6 super-blocks) and in rounds that cross rows (33); for legacy formats the
     // one-row-per-warp kernel, with a last partial round at 1536. (1500, 2080): the same, on
     // rows that are not whole 256-element runs; (8500, 1280): the staged kernel with 8 lanes per
-    // row (from 8448 rows on an H200). F16 / BF16 on Hopper: (3000, 8448) takes the bulk kernel
+    // row (from 8448 rows on an H200), (5000, 2048) the staged kernel with 16 lanes per row
+    // (more rows than one wave of the one-row-per-warp kernel). F16 / BF16 on Hopper: (3000, 8448) takes the bulk kernel
     // with each block's copies split evenly between its warps (rows spanning warps), (1000,
     // 4096) and (9, 14336) the same kernel dealing whole rows to the warps. Q8_0 with one
     // activation row also from its split copy on Hopper (matvec_q8s_bulk): (3000, 8448) and
     // (9, 14336) rows of several copies (a partial last group at 8448), (37, 4864) with most
     // warps idle, (1000, 4096) and (1500, 2080) rows of one copy, (40, 896) and
     // (300, 512) rows shorter than a copy.
-    let shapes: [(usize, usize); 9] = [
+    let shapes: [(usize, usize); 10] = [
+        (5000, 2048),
         (300, 512),
         (40, 896),
         (37, 4864),
