@@ -37,7 +37,6 @@ __device__ __forceinline__ float round_half_away(float v) {
 }
 
 // Q8_0 (and Q8_1 when `Q81`): one warp per 32-element block, lane i holding element i (v).
-// Block `b` of the activations (by the calling warp).
 // The quant of lane i's element (returned) and the block's scale `d` (every lane).
 __device__ __forceinline__ i8 quantize_q8_32_lane(float v, float& d) {
     const int lane = threadIdx.x % WARP;
@@ -58,6 +57,8 @@ __device__ __forceinline__ i8 quantize_q8_32_lane(float v, float& d) {
     return (i8)(qi & 0xff);
 }
 
+// Block `b` of the activations (by the calling warp): quants, the half bits of d (and for Q8_1
+// of d·Σq) and Σq, laid out as quantize.cu describes.
 template <bool Q81>
 __device__ void quantize_q8_32_value(float v, u8* out, long long meta, int b) {
     const int lane = threadIdx.x % WARP;

@@ -441,9 +441,7 @@ impl DeviceMatrix {
             split,
         })
     }
-}
 
-impl DeviceMatrix {
     /// Makes the split copy of a Q8_0 matrix whatever its shape (for tests and comparisons:
     /// [`DeviceMatrix::upload`] makes it only for the shapes where it pays). Returns whether
     /// the matrix has one: only Q8_0 on sm_90+, with the bulk kernels on and memory to spare.
