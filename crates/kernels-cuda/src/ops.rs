@@ -1894,6 +1894,13 @@ fn matvec_bulk(
     Ok(true)
 }
 
+/// A product that normalises its one activation row itself (RMSNorm with a weight and an
+/// epsilon) before multiplying it by the parts' matrices: `rms_norm_matvec_many`,
+/// `rms_norm_matvec_float_many`, `rms_norm_matvec_q8s_many`. Ok(false), launching nothing,
+/// where its kernel does not take the parts.
+pub type NormedMatvec =
+    fn(&CudaDevice, &mut [MatvecPart], &DeviceBuffer<f32>, &DeviceBuffer<f32>, f32) -> Result<bool>;
+
 /// Checks the outputs and biases of one activation row's parts (`first` and `rest`) and returns
 /// the first part's epilogue (its bias; the launch passes the others' as segments).
 fn check_row_parts<'a>(first: &MatvecPart<'a>, rest: &[MatvecPart]) -> Result<Epilogue<'a>> {

@@ -1319,7 +1319,7 @@ fn rms_norm_matvec_many_matches_norm_then_matvec() {
 fn assert_norm_product_refused(
     dev: &CudaDevice,
     rng: &mut Rng,
-    product: NormedProduct,
+    product: ops::NormedMatvec,
     dtype: DType,
     cols: usize,
 ) {
@@ -1344,14 +1344,6 @@ fn assert_norm_product_refused(
         "{dtype} [64, {cols}] written"
     );
 }
-
-type NormedProduct = fn(
-    &CudaDevice,
-    &mut [ops::MatvecPart],
-    &DeviceBuffer<f32>,
-    &DeviceBuffer<f32>,
-    f32,
-) -> synaptix_kernels_cuda::Result<bool>;
 
 /// RMSNorm inside the Q8_0 split-copy kernel (`ops::rms_norm_matvec_q8s_many`: each block
 /// normalises and quantizes the row itself) gives bit for bit the separate norm, quantization

@@ -136,7 +136,7 @@ impl CudaBackend {
     fn normed_products(
         &self,
         ws: &[(&DeviceMatrix, Option<&DeviceBuffer<f32>>)],
-        kernel: NormedProducts,
+        kernel: ops::NormedMatvec,
         x: &CudaTensor,
         w: &DeviceBuffer<f32>,
         eps: f32,
@@ -179,16 +179,6 @@ impl CudaBackend {
         })
     }
 }
-
-/// An `ops` product that normalises its one activation row itself (`rms_norm_matvec_many`,
-/// `rms_norm_matvec_float_many`).
-type NormedProducts = fn(
-    &CudaDevice,
-    &mut [ops::MatvecPart],
-    &DeviceBuffer<f32>,
-    &DeviceBuffer<f32>,
-    f32,
-) -> synaptix_kernels_cuda::Result<bool>;
 
 /// `SYNAPTIX_NO_FUSION` set: RMSNorm and the MLP activation run apart from the quantization of
 /// their outputs (for comparisons).
