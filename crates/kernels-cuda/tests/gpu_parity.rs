@@ -1301,17 +1301,23 @@ fn rms_norm_matvec_many_matches_norm_then_matvec() {
                 .collect()
         };
         let (got, want) = (run(true), run(false));
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            let differ = g.iter().zip(w).filter(|(a, b)| a != b).count();
-            assert!(
-                differ == 0,
-                "cols {cols} {mats:?}: matrix {i}: {differ} of {} outputs differ",
-                g.len()
-            );
-        }
+        assert_same_outputs(&got, &want, &format!("cols {cols} {mats:?}"));
     }
     // Rows that are not whole super-blocks: not taken, nothing written.
     assert_norm_product_refused(&dev, &mut rng, ops::rms_norm_matvec_many, DType::Q8_0, 896);
+}
+
+/// Panics unless every matrix's outputs (`got[i]`, `want[i]`: f32 bits) are the same.
+fn assert_same_outputs(got: &[Vec<u32>], want: &[Vec<u32>], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: matrices");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let differ = g.iter().zip(w).filter(|(a, b)| a != b).count();
+        assert!(
+            differ == 0 && g.len() == w.len(),
+            "{what}: matrix {i}: {differ} of {} outputs differ",
+            g.len()
+        );
+    }
 }
 
 /// A product with RMSNorm inside (`ops::rms_norm_matvec_*many`) asked for a `dtype` matrix of
@@ -1407,14 +1413,7 @@ fn rms_norm_matvec_q8s_many_matches_norm_then_matvec() {
             assert!(ops::rms_norm_matvec_q8s_many(&dev, &mut parts, &dx, &dg, 1e-6).unwrap());
         }
         let got = download(&ys);
-        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-            let differ = g.iter().zip(w).filter(|(a, b)| a != b).count();
-            assert!(
-                differ == 0,
-                "cols {cols} {mats:?}: matrix {i}: {differ} of {} outputs differ",
-                g.len()
-            );
-        }
+        assert_same_outputs(&got, &want, &format!("cols {cols} {mats:?}"));
         eprintln!("q8s norm inside, cols {cols} {mats:?}: bit-equal to norm, quantize, matvec");
     }
     // A Q8_0 matrix without a split copy (too small for one at upload), or another format: not
@@ -1812,10 +1811,7 @@ fn bulk_matvec_prologues_match_separate_ops() {
                 Some(ys.iter().map(&bits).collect())
             };
             if let (Some(got), Some(want)) = (run(true), run(false)) {
-                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                    let differ = g.iter().zip(w).filter(|(a, b)| a != b).count();
-                    assert_eq!(differ, 0, "{dtype} norm, cols {cols}, matrix {i}");
-                }
+                assert_same_outputs(&got, &want, &format!("{dtype} norm, cols {cols}"));
             }
             // The first matrix as a down projection: [rows, cols] from gate and up of cols.
             let w = &weights[0];
