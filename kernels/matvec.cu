@@ -1163,9 +1163,9 @@ MATVEC_Q8(q6_k, mv_q6_k)
 //   (min chain or 0, then sums[0..8] left to right) and stores the output; with long rows,
 //   lanes 0..7 own the lane chains and lane 8 the min chain of the current row across rounds,
 //   and lane 0 ends each row the same way.
-// Grid: a few blocks per SM (MVR_WARPS warps each); dynamic shared memory mvr_smem_bytes.
+// Grid: a few blocks per SM of W warps each (4, 6 or 8: the host picks the one that leaves the
+// fewest rows per warp, given how many blocks fit); dynamic shared memory mvr_smem_bytes.
 
-#define MVR_WARPS 4  // warps per thread block
 // Bytes per super-block of transposed activations: MV_ACT_T's layout, with a stride whose 16-byte
 // words are odd, so that the 8 threads of a quarter warp reading 16 bytes of 8 consecutive
 // super-blocks hit distinct banks.
@@ -1249,9 +1249,9 @@ __device__ __forceinline__ void mvb_fence_reuse() {}
 #endif
 
 // Dynamic shared memory of `matvec_q8_rows_*` for rows of n_sb super-blocks (mirrored by ops.rs).
-template <typename F>
+template <typename F, int W>
 constexpr int mvr_smem_bytes(int n_sb) {
-    return n_sb * MV_ACT_R + MVR_WARPS * mvr_shape<F>::WARP_BYTES;
+    return n_sb * MV_ACT_R + W * mvr_shape<F>::WARP_BYTES;
 }
 
 // Asynchronous copy of 4 bytes of global memory to shared memory (both 4-byte aligned).
@@ -1475,7 +1475,7 @@ __device__ __forceinline__ void mvr_write_acts(const mv_acts_step& s, int id, u8
 // The activation row of `matvec_q8_rows` from f32 values, quantized to Q8_K by this block
 // straight into its transposed form (MV_ACT_R layout), after RMSNorm when `norm_w` is given: the
 // operations of rms_norm_q8_k (quantize.cu) then `mv_acts_step`, so the same bits. Warp w takes
-// super-blocks w, w + MVR_WARPS, ...; lane i holds values 8i .. 8i + 7, whose quant j is byte i % 4
+// super-blocks w, w + (warps of the block), ...; lane i holds values 8i .. 8i + 7, whose quant j is byte i % 4
 // of lane j's word i / 4.
 __device__ void mvr_quantize_row(u8* acts_t, const float* __restrict__ xf,
                                  const float* __restrict__ norm_w, float eps, int k) {
@@ -1493,7 +1493,7 @@ __device__ void mvr_quantize_row(u8* acts_t, const float* __restrict__ xf,
         const float mean = (float)(ss / (double)k);
         scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
     }
-    for (int sb = warp; sb < k / QK_K; sb += MVR_WARPS) {
+    for (int sb = warp; sb < k / QK_K; sb += blockDim.x / WARP) {
         const int e = sb * QK_K + 8 * lane;
         const float4 a = *(const float4*)(xf + e), b = *(const float4*)(xf + e + 4);
         float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
@@ -1518,7 +1518,7 @@ __device__ void mvr_quantize_row(u8* acts_t, const float* __restrict__ xf,
     }
 }
 
-template <typename F>
+template <typename F, int W>
 __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, long long meta_off,
                                long long bsums_off, int k, const float* __restrict__ residual,
                                const float* __restrict__ xf, const float* __restrict__ norm_w,
@@ -1536,7 +1536,7 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
     float* tt = (float*)(mine + 2 * R::BUF_WORDS * 4);   // term l of slot i at i * 9 + l
     // With `bulk` (sm_90+, 16-byte-copied formats), lane 0 fetches each round by bulk copies
     // counted on the buffer's mbarrier instead of every lane by 16-byte `cp.async`.
-    __shared__ __align__(8) u64 mvr_bars[MVR_WARPS][2];
+    __shared__ __align__(8) u64 mvr_bars[W][2];
     const bool use_bulk = R::COPY16 && bulk;
     const u32 bars = (u32)__cvta_generic_to_shared(&mvr_bars[warp][0]);
     if (use_bulk) {
@@ -1550,8 +1550,8 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
 
     // This warp's rows [r0, r1): super-blocks [u0, u0 + n_u) of the weights.
     const int n_out = sg.n_out;
-    const i64 n_warps = (i64)gridDim.x * MVR_WARPS;
-    const i64 gw = (i64)blockIdx.x * MVR_WARPS + warp;
+    const i64 n_warps = (i64)gridDim.x * W;
+    const i64 gw = (i64)blockIdx.x * W + warp;
     const int r0 = (int)(gw * n_out / n_warps), r1 = (int)((gw + 1) * n_out / n_warps);
     const i64 u0 = (i64)r0 * n_sb;
     const int n_u = (r1 - r0) * n_sb;
@@ -1600,16 +1600,16 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
     } else {
         constexpr int NT = 4;
         const int n_tasks = n_sb * 9;
-        for (int id0 = threadIdx.x; id0 < n_tasks; id0 += NT * MVR_WARPS * WARP) {
+        for (int id0 = threadIdx.x; id0 < n_tasks; id0 += NT * W * WARP) {
             mv_acts_step s[NT];
             bool ok[NT];
 #pragma unroll
             for (int i = 0; i < NT; ++i)
-                ok[i] = s[i].read<F>(id0 + i * MVR_WARPS * WARP, acts, meta_off, bsums_off, k, 0, 1,
+                ok[i] = s[i].read<F>(id0 + i * W * WARP, acts, meta_off, bsums_off, k, 0, 1,
                                      0, n_sb, n_sb);
 #pragma unroll
             for (int i = 0; i < NT; ++i)
-                if (ok[i]) mvr_write_acts<F>(s[i], id0 + i * MVR_WARPS * WARP, acts_t);
+                if (ok[i]) mvr_write_acts<F>(s[i], id0 + i * W * WARP, acts_t);
         }
     }
     __syncthreads();
@@ -1719,20 +1719,28 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
     mv_cp_wait<0>();  // no copy outlives the block
 }
 
-#define MATVEC_Q8_ROWS(name, fmt)                                                                \
-    extern "C" __global__ void __launch_bounds__(MVR_WARPS * WARP, 4)                            \
+#define MATVEC_Q8_ROWS(name, fmt, W)                                                             \
+    extern "C" __global__ void __launch_bounds__(W * WARP, 16 / W)                               \
         matvec_q8_rows_##name(float* y, const u8* w, const u8* acts, long long meta_off,         \
                               long long bsums_off, int n_out, int k, const float* bias,          \
                               const float* residual, MV_SEG_PARAMS, const float* xf,             \
                               const float* norm_w, float eps, int bulk) {                        \
         PDL_WAITS_INSIDE();                                                                      \
-        matvec_q8_rows<fmt>(MV_SEGS(y, w, bias, n_out), acts, meta_off, bsums_off, k, residual,  \
-                            xf, norm_w, eps, bulk);                                              \
+        matvec_q8_rows<fmt, W>(MV_SEGS(y, w, bias, n_out), acts, meta_off, bsums_off, k,         \
+                               residual, xf, norm_w, eps, bulk);                                 \
     }
-MATVEC_Q8_ROWS(q3_k, mv_q3_k)
-MATVEC_Q8_ROWS(q4_k, mv_q4_k)
-MATVEC_Q8_ROWS(q5_k, mv_q5_k)
-MATVEC_Q8_ROWS(q6_k, mv_q6_k)
+MATVEC_Q8_ROWS(q3_k, mv_q3_k, 4)
+MATVEC_Q8_ROWS(q4_k, mv_q4_k, 4)
+MATVEC_Q8_ROWS(q5_k, mv_q5_k, 4)
+MATVEC_Q8_ROWS(q6_k, mv_q6_k, 4)
+// Long rows (7B's down projection: 74 super-blocks) on few rows: more warps per block share one
+// transposed activation row, so more warps fit on an SM and each gets fewer rows.
+MATVEC_Q8_ROWS(q4_k_w6, mv_q4_k, 6)
+MATVEC_Q8_ROWS(q5_k_w6, mv_q5_k, 6)
+MATVEC_Q8_ROWS(q6_k_w6, mv_q6_k, 6)
+MATVEC_Q8_ROWS(q4_k_w8, mv_q4_k, 8)
+MATVEC_Q8_ROWS(q5_k_w8, mv_q5_k, 8)
+MATVEC_Q8_ROWS(q6_k_w8, mv_q6_k, 8)
 
 // ---------------------------------------------------------------------------------------------
 // Float weights the way ggml's CPU computes them: the activation rounded to the weight's type

@@ -1006,8 +1006,11 @@ fn use_tile_kernel(dtype: DType, rows: usize) -> bool {
         && rows >= 1024
 }
 
-/// Warps per thread block of `matvec_q8_rows_*` (MVR_WARPS in kernels/matvec.cu).
+/// Warps per thread block of `matvec_q8_rows_*` (its `W`): 4, and for the whole-super-block
+/// formats also 6 and 8 (`_w6`, `_w8`), which share one block's transposed activation row
+/// between more warps.
 const MVR_WARPS: usize = 4;
+const MVR_WARP_CHOICES: [usize; 3] = [4, 6, 8];
 /// Shared memory a block may use without opting in.
 const MVR_DEFAULT_SHARED: usize = 48 * 1024;
 
@@ -1028,7 +1031,7 @@ fn mv_rows_multi(dtype: DType) -> bool {
 /// two staging buffers of 32 super-blocks (whole-super-block formats: their bytes, plus 32 when
 /// they are not whole 16-byte words; otherwise slots of odd word counts and 4 spare words) and
 /// 32 × 9 f32 terms.
-fn mv_rows_shared(dtype: DType, cols: usize) -> usize {
+fn mv_rows_shared(dtype: DType, cols: usize, warps: usize) -> usize {
     let bytes = dtype.block_bytes();
     let buf_words = if mv_rows_whole(dtype) {
         32 * bytes / 4 + if bytes.is_multiple_of(16) { 0 } else { 8 }
@@ -1037,7 +1040,20 @@ fn mv_rows_shared(dtype: DType, cols: usize) -> usize {
         32 * (words | 1) + 4
     };
     let warp = 2 * buf_words * 4 + 32 * 9 * 4;
-    cols / 256 * 304 + MVR_WARPS * warp
+    cols / 256 * 304 + warps * warp
+}
+
+/// The `matvec_q8_rows_*` function of `dtype` with `warps` warps per block.
+fn rows_function(
+    dev: &CudaDevice,
+    dtype: DType,
+    warps: usize,
+) -> Result<cudarc::driver::CudaFunction> {
+    let fmt = suffix("matvec", dtype)?;
+    match warps {
+        4 => dev.function("matvec", &format!("matvec_q8_rows_{fmt}")),
+        w => dev.function("matvec", &format!("matvec_q8_rows_{fmt}_w{w}")),
+    }
 }
 
 /// `matvec_q8_rows_*`: one activation row against Q3_K .. Q6_K weights, each warp streaming
@@ -1050,21 +1066,19 @@ fn rows_blocks_per_sm(
     dev: &CudaDevice,
     f: &cudarc::driver::CudaFunction,
     smem: usize,
+    warps: usize,
 ) -> Result<usize> {
     if smem > MVR_DEFAULT_SHARED && smem > dev.max_shared_memory(f)? {
         return Ok(0);
     }
-    let threads = (MVR_WARPS * 32) as u32;
+    let threads = (warps * 32) as u32;
     Ok(f.occupancy_max_active_blocks_per_multiprocessor(threads, smem, None)? as usize)
 }
 
 /// Whether `matvec_q8_rows_*` can run for rows of `cols` values of `dtype` on this GPU.
 fn rows_kernel_fits(dev: &CudaDevice, dtype: DType, cols: usize) -> Result<bool> {
-    let f = dev.function(
-        "matvec",
-        &format!("matvec_q8_rows_{}", suffix("matvec", dtype)?),
-    )?;
-    Ok(rows_blocks_per_sm(dev, &f, mv_rows_shared(dtype, cols))? > 0)
+    let f = rows_function(dev, dtype, MVR_WARPS)?;
+    Ok(rows_blocks_per_sm(dev, &f, mv_rows_shared(dtype, cols, MVR_WARPS), MVR_WARPS)? > 0)
 }
 
 /// Whether `matvec_q8_rows_*` fetches its rounds of Q4_K / Q5_K / Q6_K weights by bulk copies
@@ -1101,24 +1115,19 @@ fn matvec_rows(
         return Ok(false);
     }
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
-    let f = dev.function(
-        "matvec",
-        &format!("matvec_q8_rows_{}", suffix("matvec", w.dtype)?),
-    )?;
-    let smem = mv_rows_shared(w.dtype, w.cols);
-    let threads = (MVR_WARPS * 32) as u32;
-    let per_sm = rows_blocks_per_sm(dev, &f, smem)?;
-    if per_sm == 0 {
-        return Ok(false);
-    }
     // A few blocks per SM (each transposes the activation row once, then its warps split the
     // rows), no block without rows, and as many rows for every warp as the grid allows (no
     // warp waits on a neighbour with one row more, a third more work with long rows). One even
     // wave (every warp's rows within one, every SM's within a few) measured slower on an H200:
-    // Q4_K 3584×18944 16.4 → 17.9 µs, 37888×3584 22.5 → 23.3.
-    let max_warps = per_sm.min(4) * sm_count(dev) * MVR_WARPS;
-    let rows_per_warp = rows.div_ceil(max_warps);
-    let blocks = rows.div_ceil(rows_per_warp).div_ceil(MVR_WARPS);
+    // Q4_K 3584×18944 16.4 → 17.9 µs, 37888×3584 22.5 → 23.3. Of the block sizes, the one
+    // that leaves the fewest rows per warp (ties: the smallest): where shared memory caps the
+    // blocks per SM (long rows), larger blocks fit more warps.
+    let Some((warps, f, smem, rows_per_warp)) = rows_launch_shape(dev, w.dtype, w.cols, rows)?
+    else {
+        return Ok(false);
+    };
+    let threads = (warps * 32) as u32;
+    let blocks = rows.div_ceil(rows_per_warp).div_ceil(warps);
     let (r32, c32) = (
         i32_arg("matvec", "rows", rows)?,
         i32_arg("matvec", "cols", w.cols)?,
@@ -1156,6 +1165,48 @@ fn matvec_rows(
         })
     }?;
     Ok(true)
+}
+
+/// Warps per block, function, shared memory and rows per warp of `matvec_q8_rows_*` for `rows`
+/// rows of `cols` values of `dtype`; None when no block fits (very long rows).
+/// `SYNAPTIX_ROWS_WARPS=4|6|8` forces a block size where it fits (comparisons).
+fn rows_launch_shape(
+    dev: &CudaDevice,
+    dtype: DType,
+    cols: usize,
+    rows: usize,
+) -> Result<Option<(usize, cudarc::driver::CudaFunction, usize, usize)>> {
+    static FORCED: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let forced = *FORCED.get_or_init(|| {
+        std::env::var("SYNAPTIX_ROWS_WARPS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|w| MVR_WARP_CHOICES.contains(w))
+    });
+    let choices: &[usize] = if mv_rows_whole(dtype) {
+        &MVR_WARP_CHOICES
+    } else {
+        &MVR_WARP_CHOICES[..1]
+    };
+    let mut best: Option<(usize, cudarc::driver::CudaFunction, usize, usize)> = None;
+    for &warps in choices {
+        if forced.is_some_and(|f| f != warps && choices.contains(&f)) {
+            continue;
+        }
+        let f = rows_function(dev, dtype, warps)?;
+        let smem = mv_rows_shared(dtype, cols, warps);
+        let per_sm = rows_blocks_per_sm(dev, &f, smem, warps)?;
+        if per_sm == 0 {
+            continue;
+        }
+        // At most 16 warps an SM: the kernel's 128 registers per thread.
+        let max_warps = (per_sm * warps).min(16) * sm_count(dev);
+        let rows_per_warp = rows.div_ceil(max_warps);
+        if best.as_ref().is_none_or(|b| rows_per_warp < b.3) {
+            best = Some((warps, f, smem, rows_per_warp));
+        }
+    }
+    Ok(best)
 }
 
 /// Whether one activation row against `w` goes to `matvec_q8_rows_*`: measured on an H200,

@@ -516,6 +516,21 @@ fn matvec_matches_cpu_vocabulary_rows() {
     }
 }
 
+/// Long k-quant rows (74 super-blocks, as 7B's down projection), where the row kernel's shared
+/// memory caps its blocks per SM and the host takes blocks of 6 or 8 warps (on an H200: Q4_K
+/// with 2000 rows 8 warps, Q6_K with 1500 rows 6): bit-exact like the 4-warp blocks.
+#[test]
+fn matvec_rows_kernel_larger_blocks_match_cpu() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    for dtype in [DType::Q4K, DType::Q5K, DType::Q6K] {
+        for rows in [1500, 2000] {
+            assert_matvec_bit_exact(&dev, &mut rng, dtype, (rows, 18944), &[1]);
+        }
+    }
+}
+
 /// One quantization serves several weight matrices of formats with the same activation format,
 /// bit for bit like the CPU.
 #[test]
