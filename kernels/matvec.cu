@@ -1623,8 +1623,10 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
             mvb_wait(bars + 8u * (q & 1), (u32)(q >> 1) & 1u);  // round q has landed
         } else {
             mv_cp_wait<1>();  // this thread's copies of round q have landed
-            __syncwarp();     // and every lane's
         }
+        // Every lane's copies have landed, and every lane is done reading the last round's terms
+        // (the chains) before any lane writes this round's.
+        __syncwarp();
         const int cnt = min(rs, n_u - q * rs);
         if (lane < cnt) {
             int sbx = my_pos;  // of the super-block's row
