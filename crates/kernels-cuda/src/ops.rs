@@ -1969,6 +1969,15 @@ fn check_row_parts<'a>(first: &MatvecPart<'a>, rest: &[MatvecPart]) -> Result<Ep
     })
 }
 
+/// The first matrix of `parts` and the others, where one launch can take them all (at most
+/// three, and shared launches not switched off); None otherwise.
+fn one_launch_parts<'p, 'a>(
+    parts: &'p mut [MatvecPart<'a>],
+) -> Option<(&'p mut MatvecPart<'a>, &'p mut [MatvecPart<'a>])> {
+    let (first, rest) = parts.split_first_mut()?;
+    (rest.len() <= 2 && (rest.is_empty() || !many_disabled())).then_some((first, rest))
+}
+
 /// `parts[i].y = rms_norm(x, norm, eps) · W_iᵀ (+ bias_i)` for one row against up to three
 /// F16 / BF16 matrices of one format and row length, in one launch that normalises inside
 /// (`matvec_bulk_*`). Returns false, launching nothing, where that kernel does not apply.
@@ -1979,10 +1988,10 @@ pub fn rms_norm_matvec_float_many(
     norm: &DeviceBuffer<f32>,
     eps: f32,
 ) -> Result<bool> {
-    let Some((first, rest)) = parts.split_first_mut() else {
+    let Some((first, rest)) = one_launch_parts(parts) else {
         return Ok(false);
     };
-    if rest.len() > 2 || (!rest.is_empty() && many_disabled()) || !bulk_applies(dev, first.w) {
+    if !bulk_applies(dev, first.w) {
         return Ok(false);
     }
     let epi = check_row_parts(first, rest)?;
@@ -2045,12 +2054,9 @@ pub fn rms_norm_matvec_q8s_many(
     norm: &DeviceBuffer<f32>,
     eps: f32,
 ) -> Result<bool> {
-    let Some((first, rest)) = parts.split_first_mut() else {
+    let Some((first, rest)) = one_launch_parts(parts) else {
         return Ok(false);
     };
-    if rest.len() > 2 || (!rest.is_empty() && many_disabled()) {
-        return Ok(false);
-    }
     let epi = check_row_parts(first, rest)?;
     let acts = Q8sActs::Norm {
         x,
