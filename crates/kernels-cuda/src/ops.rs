@@ -1660,10 +1660,43 @@ pub fn matvec_with(
     if m == 0 || w.rows == 0 {
         return Ok(());
     }
+    if m == 1 && rows_take_raw(w) {
+        epi.check(w.rows, y.len())?;
+        if rows_kernel_fits(dev, w.dtype, w.cols)?
+            && matvec_rows(dev, y, w, RowActs::Raw { x, norm: None }, epi, &mut [])?
+        {
+            return Ok(());
+        }
+    }
     let mut acts = DeviceActs::new(dev, w.dtype, m, w.cols)?;
     quantize_acts(dev, &mut acts, x)?;
     matvec_quantized_with(dev, y, w, &acts, epi)
 }
+
+/// Whether one f32 activation row against `w` goes to the k-quant row kernel as it is, the
+/// kernel's blocks quantizing it to Q8_K themselves (the same bits as `quantize_acts`), so the
+/// quantization takes no launch of its own: Q4_K, Q5_K and Q6_K rows of whole super-blocks, up
+/// to [`ROWS_RAW_MAX_COLS`]. The attention of a decode step then leaves its output unquantized
+/// for such an output projection. `SYNAPTIX_ROWS_RAW=0`: never, `=all`: any row length (for
+/// comparisons).
+pub fn rows_take_raw(w: &DeviceMatrix) -> bool {
+    static MODE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let max_cols = *MODE.get_or_init(|| match std::env::var("SYNAPTIX_ROWS_RAW").as_deref() {
+        Ok("0") => None,
+        Ok("all") => Some(usize::MAX),
+        _ => Some(ROWS_RAW_MAX_COLS),
+    });
+    max_cols.is_some_and(|max| w.cols <= max)
+        && mv_rows_whole(w.dtype)
+        && use_rows_kernel(w)
+        && w.cols.is_multiple_of(256)
+}
+
+/// The longest row [`rows_take_raw`] hands to the row kernel unquantized: every block quantizes
+/// the whole row before its first product. On an H200 (tg128, A/B pairs), Qwen2.5 1.5B Q4_K_M
+/// (1536 columns: the output projection, attention's Q8_K tail gone) 672.0 / 665.4 → 688.6 /
+/// 681.9 t/s; at 7B (3584) it cost: 393.0 / 392.9 → 386.8 / 391.5.
+const ROWS_RAW_MAX_COLS: usize = 2048;
 
 /// Float weights (F32, F16, BF16): x rounded to the weight type, f32 products, f64 sums (per
 /// lane, then across the warp; see kernels/matvec.cu on why that lands on the CPU's values).

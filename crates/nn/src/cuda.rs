@@ -217,6 +217,17 @@ fn glu_q8k_fused() -> bool {
 /// layer) and cost at 7B (3584: 369 → 344, the weights' stream idling behind it).
 const NORM_IN_MATVEC_MAX_COLS: usize = 2048;
 
+/// [`NORM_IN_MATVEC_MAX_COLS`], or `SYNAPTIX_NORM_IN_MATVEC_COLS` (comparisons).
+fn norm_in_matvec_max_cols() -> usize {
+    static COLS: OnceLock<usize> = OnceLock::new();
+    *COLS.get_or_init(|| {
+        std::env::var("SYNAPTIX_NORM_IN_MATVEC_COLS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(NORM_IN_MATVEC_MAX_COLS)
+    })
+}
+
 fn mismatch(op: &'static str, detail: String) -> NnError {
     NnError::Kernel(synaptix_core::Error::ShapeMismatch { op, detail })
 }
@@ -450,7 +461,7 @@ impl Backend for CudaBackend {
                 return Ok(outs);
             }
         }
-        if one_row && x.cols <= NORM_IN_MATVEC_MAX_COLS {
+        if one_row && x.cols <= norm_in_matvec_max_cols() {
             if let Some(outs) = self.normed_products(ws, ops::rms_norm_matvec_many, x, w, eps)? {
                 return Ok(outs);
             }
@@ -737,6 +748,7 @@ impl Backend for CudaBackend {
             let mut acts = match ops::activation_format(consumer.dtype) {
                 Some(format)
                     if consumer.cols == q.cols
+                        && !ops::rows_take_raw(consumer)
                         && ops::attention_quantizes_inside(head_dim, q.rows, format) =>
                 {
                     Some(DeviceActs::new(
@@ -786,6 +798,7 @@ impl Backend for CudaBackend {
         match ops::activation_format(consumer.dtype) {
             Some(format)
                 if consumer.cols == q.cols
+                    && !(q.rows == 1 && ops::rows_take_raw(consumer))
                     && ops::attention_quantizes_inside(head_dim, q.rows, format) =>
             {
                 let mut acts = DeviceActs::new(&self.device, consumer.dtype, q.rows, q.cols)?;
