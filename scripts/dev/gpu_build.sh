@@ -7,6 +7,7 @@ cargo test --release --no-run -p synaptix-kernels-cuda -p synaptix-models --mess
   2>/dev/null > target/testbins.json
 cargo build --release -p synaptix-kernels-cuda --examples
 mkdir -p .dev/bin
+pwd > .dev/build_root  # where the tests look for their fixtures
 cp target/release/synaptix .dev/bin/
 for t in gpu_parity pdl cuda_parity sample_parity gemm_parity gemm_k_parity; do
   f=$(python3 - "$t" <<'PY'
