@@ -1028,7 +1028,7 @@ fn mv_rows_multi(dtype: DType) -> bool {
 
 /// Dynamic shared memory of `matvec_q8_rows_*` for `cols` (kernels/matvec.cu:
 /// `mvr_smem_bytes`): the transposed activation row (304 bytes per super-block), then per warp
-/// two staging buffers of 32 super-blocks (whole-super-block formats: their bytes, plus 32 when
+/// `bufs` staging buffers of 32 super-blocks (whole-super-block formats: their bytes, plus 32 when
 /// they are not whole 16-byte words; otherwise slots of odd word counts and 4 spare words) and
 /// 32 × 9 f32 terms.
 fn mv_rows_shared(dtype: DType, cols: usize, warps: usize, bufs: usize) -> usize {
