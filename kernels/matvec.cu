@@ -1187,9 +1187,8 @@ struct mvr_shape {
     // 4 words that `load` may read past the last slot.
     static constexpr int BUF_WORDS =
         COPY16 ? WARP * F::BYTES / 4 + (F::BYTES % 16 ? 8 : 0) : WARP * SW + 4;
-    // Per warp: B staging buffers, then 32 × 9 f32 terms (stride 9: conflict-free).
-    template <int B>
-    static constexpr int warp_bytes() { return B * BUF_WORDS * 4 + WARP * 9 * 4; }
+    // Per warp: two staging buffers, then 32 × 9 f32 terms (stride 9: conflict-free).
+    static constexpr int WARP_BYTES = 2 * BUF_WORDS * 4 + WARP * 9 * 4;
 };
 
 // Bulk copies (sm_90+: the copy engine, `cp.async.bulk`) into shared memory, their completion
@@ -1250,9 +1249,9 @@ __device__ __forceinline__ void mvb_fence_reuse() {}
 #endif
 
 // Dynamic shared memory of `matvec_q8_rows_*` for rows of n_sb super-blocks (mirrored by ops.rs).
-template <typename F, int W, int B>
+template <typename F, int W>
 constexpr int mvr_smem_bytes(int n_sb) {
-    return n_sb * MV_ACT_R + W * mvr_shape<F>::template warp_bytes<B>();
+    return n_sb * MV_ACT_R + W * mvr_shape<F>::WARP_BYTES;
 }
 
 // Asynchronous copy of 4 bytes of global memory to shared memory (both 4-byte aligned).
@@ -1519,7 +1518,7 @@ __device__ void mvr_quantize_row(u8* acts_t, const float* __restrict__ xf,
     }
 }
 
-template <typename F, int W, int B>
+template <typename F, int W>
 __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, long long meta_off,
                                long long bsums_off, int k, const float* __restrict__ residual,
                                const float* __restrict__ xf, const float* __restrict__ norm_w,
@@ -1532,17 +1531,18 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     const int n_sb = k / QK_K;
     u8* acts_t = (u8*)mvr_smem;
-    u8* mine = (u8*)mvr_smem + n_sb * MV_ACT_R + warp * R::template warp_bytes<B>();
-    u32* stage = (u32*)mine;                              // B buffers of BUF_WORDS
-    float* tt = (float*)(mine + B * R::BUF_WORDS * 4);   // term l of slot i at i * 9 + l
+    u8* mine = (u8*)mvr_smem + n_sb * MV_ACT_R + warp * R::WARP_BYTES;
+    u32* stage = (u32*)mine;                              // two buffers of BUF_WORDS
+    float* tt = (float*)(mine + 2 * R::BUF_WORDS * 4);   // term l of slot i at i * 9 + l
     // With `bulk` (sm_90+, 16-byte-copied formats), lane 0 fetches each round by bulk copies
     // counted on the buffer's mbarrier instead of every lane by 16-byte `cp.async`.
-    __shared__ __align__(8) u64 mvr_bars[W][B];
+    __shared__ __align__(8) u64 mvr_bars[W][2];
     const bool use_bulk = R::COPY16 && bulk;
     const u32 bars = (u32)__cvta_generic_to_shared(&mvr_bars[warp][0]);
     if (use_bulk) {
         if (lane == 0) {
-            for (int b = 0; b < B; ++b) mvb_bar_init(bars + 8u * b);
+            mvb_bar_init(bars);
+            mvb_bar_init(bars + 8);
             mvb_fence_init();
         }
         __syncwarp();
@@ -1565,7 +1565,7 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
     auto fetch = [&](int q) {
         const int li = q * rs;
         const int cnt = max(0, min(rs, n_u - li));
-        u32* dst = stage + ((u32)q % B) * R::BUF_WORDS;
+        u32* dst = stage + (q & 1) * R::BUF_WORDS;
         if constexpr (R::COPY16) {
             int ra = f_row, rb = f_row;
             if (rpr) {
@@ -1579,7 +1579,7 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
             if (use_bulk) {
                 if (lane == 0) {
                     mvb_fence_reuse();
-                    mvr_fetch_bulk<F>(dst, sg, n_sb, u0 + li, cnt, ra, rb, r0, li, bars + 8u * ((u32)q % B));
+                    mvr_fetch_bulk<F>(dst, sg, n_sb, u0 + li, cnt, ra, rb, r0, li, bars + 8u * (q & 1));
                 }
             } else {
                 mvr_fetch16<F>(dst, sg, n_sb, u0 + li, cnt, lane, ra, rb, r0, li);
@@ -1590,8 +1590,7 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
     };
     fetch(0);
     fetch(1);
-    if constexpr (B > 2) fetch(2);
-    PDL_WAIT();  // B rounds of weights are on their way
+    PDL_WAIT();  // two rounds of weights are on their way
     PDL_TRIGGER();
 
     // The activation row, lane-major: quantized here from f32 (after RMSNorm), or transposed
@@ -1621,9 +1620,9 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
     const int own = min(lane, 8);
     for (int q = 0; q < n_rounds; ++q) {
         if (use_bulk) {
-            mvb_wait(bars + 8u * ((u32)q % B), ((u32)q / B) & 1u);  // round q has landed
+            mvb_wait(bars + 8u * (q & 1), (u32)(q >> 1) & 1u);  // round q has landed
         } else {
-            mv_cp_wait<B - 1>();  // this thread's copies of round q have landed
+            mv_cp_wait<1>();  // this thread's copies of round q have landed
         }
         // Every lane's copies have landed, and every lane is done reading the last round's terms
         // (the chains) before any lane writes this round's.
@@ -1633,7 +1632,7 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
             int sbx = my_pos;  // of the super-block's row
             if (!rpr) sbx = c_pos + lane < n_sb ? c_pos + lane : c_pos + lane - n_sb;
             const u8* at = acts_t + sbx * MV_ACT_R;
-            const u8* buf = (const u8*)(stage + ((u32)q % B) * R::BUF_WORDS);
+            const u8* buf = (const u8*)(stage + (q & 1) * R::BUF_WORDS);
             if constexpr (R::COPY16) {
                 const int off = F::BYTES % 16 ? (int)(((u0 + q * rs) * F::BYTES) & 15) : 0;
                 const u8* b = buf + off + lane * F::BYTES;
@@ -1664,7 +1663,7 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
             }
         }
         __syncwarp();  // terms visible; this round's buffer free
-        fetch(q + B);
+        fetch(q + 2);
         // The chains, in super-block order (ggml: sums[l] += (d·d_a) · lane_l; sum -= (dmin·d_a)
         // Σ min·bsum), then the row's output: sum (Q4_K / Q5_K's min chain, else 0) + sums[0]
         // + ... + sums[7].
@@ -1722,39 +1721,28 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
     mv_cp_wait<0>();  // no copy outlives the block
 }
 
-#define MATVEC_Q8_ROWS(name, fmt, W, B)                                                          \
+#define MATVEC_Q8_ROWS(name, fmt, W)                                                             \
     extern "C" __global__ void __launch_bounds__(W * WARP, 16 / W)                               \
         matvec_q8_rows_##name(float* y, const u8* w, const u8* acts, long long meta_off,         \
                               long long bsums_off, int n_out, int k, const float* bias,          \
                               const float* residual, MV_SEG_PARAMS, const float* xf,             \
                               const float* norm_w, float eps, int bulk) {                        \
         PDL_WAITS_INSIDE();                                                                      \
-        matvec_q8_rows<fmt, W, B>(MV_SEGS(y, w, bias, n_out), acts, meta_off, bsums_off, k,      \
-                                  residual, xf, norm_w, eps, bulk);                              \
+        matvec_q8_rows<fmt, W>(MV_SEGS(y, w, bias, n_out), acts, meta_off, bsums_off, k,         \
+                               residual, xf, norm_w, eps, bulk);                                 \
     }
-MATVEC_Q8_ROWS(q3_k, mv_q3_k, 4, 2)
-MATVEC_Q8_ROWS(q4_k, mv_q4_k, 4, 2)
-MATVEC_Q8_ROWS(q5_k, mv_q5_k, 4, 2)
-MATVEC_Q8_ROWS(q6_k, mv_q6_k, 4, 2)
+MATVEC_Q8_ROWS(q3_k, mv_q3_k, 4)
+MATVEC_Q8_ROWS(q4_k, mv_q4_k, 4)
+MATVEC_Q8_ROWS(q5_k, mv_q5_k, 4)
+MATVEC_Q8_ROWS(q6_k, mv_q6_k, 4)
 // Long rows (7B's down projection: 74 super-blocks) on few rows: more warps per block share one
 // transposed activation row, so more warps fit on an SM and each gets fewer rows.
-MATVEC_Q8_ROWS(q4_k_w6, mv_q4_k, 6, 2)
-MATVEC_Q8_ROWS(q5_k_w6, mv_q5_k, 6, 2)
-MATVEC_Q8_ROWS(q6_k_w6, mv_q6_k, 6, 2)
-MATVEC_Q8_ROWS(q4_k_w8, mv_q4_k, 8, 2)
-MATVEC_Q8_ROWS(q5_k_w8, mv_q5_k, 8, 2)
-MATVEC_Q8_ROWS(q6_k_w8, mv_q6_k, 8, 2)
-// Three staging buffers a warp (`_b3`): two rounds in flight while one computes (a warp's round
-// of 32 super-blocks otherwise waits about as long as the DRAM latency under load).
-MATVEC_Q8_ROWS(q4_k_b3, mv_q4_k, 4, 3)
-MATVEC_Q8_ROWS(q5_k_b3, mv_q5_k, 4, 3)
-MATVEC_Q8_ROWS(q6_k_b3, mv_q6_k, 4, 3)
-MATVEC_Q8_ROWS(q4_k_w6_b3, mv_q4_k, 6, 3)
-MATVEC_Q8_ROWS(q5_k_w6_b3, mv_q5_k, 6, 3)
-MATVEC_Q8_ROWS(q6_k_w6_b3, mv_q6_k, 6, 3)
-MATVEC_Q8_ROWS(q4_k_w8_b3, mv_q4_k, 8, 3)
-MATVEC_Q8_ROWS(q5_k_w8_b3, mv_q5_k, 8, 3)
-MATVEC_Q8_ROWS(q6_k_w8_b3, mv_q6_k, 8, 3)
+MATVEC_Q8_ROWS(q4_k_w6, mv_q4_k, 6)
+MATVEC_Q8_ROWS(q5_k_w6, mv_q5_k, 6)
+MATVEC_Q8_ROWS(q6_k_w6, mv_q6_k, 6)
+MATVEC_Q8_ROWS(q4_k_w8, mv_q4_k, 8)
+MATVEC_Q8_ROWS(q5_k_w8, mv_q5_k, 8)
+MATVEC_Q8_ROWS(q6_k_w8, mv_q6_k, 8)
 
 // ---------------------------------------------------------------------------------------------
 // Float weights the way ggml's CPU computes them: the activation rounded to the weight's type

@@ -1028,10 +1028,10 @@ fn mv_rows_multi(dtype: DType) -> bool {
 
 /// Dynamic shared memory of `matvec_q8_rows_*` for `cols` (kernels/matvec.cu:
 /// `mvr_smem_bytes`): the transposed activation row (304 bytes per super-block), then per warp
-/// `bufs` staging buffers of 32 super-blocks (whole-super-block formats: their bytes, plus 32 when
+/// two staging buffers of 32 super-blocks (whole-super-block formats: their bytes, plus 32 when
 /// they are not whole 16-byte words; otherwise slots of odd word counts and 4 spare words) and
 /// 32 × 9 f32 terms.
-fn mv_rows_shared(dtype: DType, cols: usize, warps: usize, bufs: usize) -> usize {
+fn mv_rows_shared(dtype: DType, cols: usize, warps: usize) -> usize {
     let bytes = dtype.block_bytes();
     let buf_words = if mv_rows_whole(dtype) {
         32 * bytes / 4 + if bytes.is_multiple_of(16) { 0 } else { 8 }
@@ -1039,41 +1039,20 @@ fn mv_rows_shared(dtype: DType, cols: usize, warps: usize, bufs: usize) -> usize
         let words = (bytes + if bytes.is_multiple_of(4) { 0 } else { 2 }).div_ceil(4);
         32 * (words | 1) + 4
     };
-    let warp = bufs * buf_words * 4 + 32 * 9 * 4;
+    let warp = 2 * buf_words * 4 + 32 * 9 * 4;
     cols / 256 * 304 + warps * warp
 }
 
-/// The `matvec_q8_rows_*` function of `dtype` with `warps` warps per block and `bufs` staging
-/// buffers per warp.
+/// The `matvec_q8_rows_*` function of `dtype` with `warps` warps per block.
 fn rows_function(
     dev: &CudaDevice,
     dtype: DType,
     warps: usize,
-    bufs: usize,
 ) -> Result<cudarc::driver::CudaFunction> {
     let fmt = suffix("matvec", dtype)?;
-    let w = if warps == 4 {
-        String::new()
-    } else {
-        format!("_w{warps}")
-    };
-    let b = if bufs == 2 {
-        String::new()
-    } else {
-        format!("_b{bufs}")
-    };
-    dev.function("matvec", &format!("matvec_q8_rows_{fmt}{w}{b}"))
-}
-
-/// Staging buffers per warp of `matvec_q8_rows_*` for `dtype`: 2 (one round in flight while one
-/// computes), or 3 for Q4_K / Q5_K / Q6_K with `SYNAPTIX_ROWS_BUFS=3` (two in flight).
-fn rows_bufs(dtype: DType) -> usize {
-    static THREE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let three = *THREE.get_or_init(|| std::env::var("SYNAPTIX_ROWS_BUFS").as_deref() == Ok("3"));
-    if three && mv_rows_whole(dtype) {
-        3
-    } else {
-        2
+    match warps {
+        4 => dev.function("matvec", &format!("matvec_q8_rows_{fmt}")),
+        w => dev.function("matvec", &format!("matvec_q8_rows_{fmt}_w{w}")),
     }
 }
 
@@ -1098,10 +1077,8 @@ fn rows_blocks_per_sm(
 
 /// Whether `matvec_q8_rows_*` can run for rows of `cols` values of `dtype` on this GPU.
 fn rows_kernel_fits(dev: &CudaDevice, dtype: DType, cols: usize) -> Result<bool> {
-    let bufs = rows_bufs(dtype);
-    let f = rows_function(dev, dtype, MVR_WARPS, bufs)?;
-    let smem = mv_rows_shared(dtype, cols, MVR_WARPS, bufs);
-    Ok(rows_blocks_per_sm(dev, &f, smem, MVR_WARPS)? > 0)
+    let f = rows_function(dev, dtype, MVR_WARPS)?;
+    Ok(rows_blocks_per_sm(dev, &f, mv_rows_shared(dtype, cols, MVR_WARPS), MVR_WARPS)? > 0)
 }
 
 /// Whether `matvec_q8_rows_*` fetches its rounds of Q4_K / Q5_K / Q6_K weights by bulk copies
@@ -1216,9 +1193,8 @@ fn rows_launch_shape(
         if forced.is_some_and(|f| f != warps && choices.contains(&f)) {
             continue;
         }
-        let bufs = rows_bufs(dtype);
-        let f = rows_function(dev, dtype, warps, bufs)?;
-        let smem = mv_rows_shared(dtype, cols, warps, bufs);
+        let f = rows_function(dev, dtype, warps)?;
+        let smem = mv_rows_shared(dtype, cols, warps);
         let per_sm = rows_blocks_per_sm(dev, &f, smem, warps)?;
         if per_sm == 0 {
             continue;
