@@ -1287,11 +1287,11 @@ __device__ __forceinline__ void mvr_fetch(u32* dst, const u8* w, i64 u, int cnt,
 // from one matrix of the launch into the next (16-byte super-blocks only: the host sends
 // several matrices per launch for Q4_K and Q5_K alone) finds each piece's matrix, through the
 // row of the piece's super-block (li: u's index in the warp's range, which starts at row r0).
-template <typename F>
+template <typename F, bool MULTI>
 __device__ __forceinline__ void mvr_fetch16(u32* dst, const mv_segs& sg, int n_sb, i64 u,
                                             int cnt, int lane, int ra, int rb, int r0, int li) {
-    const int s0 = sg.seg(ra), s1 = sg.seg(rb);
-    if (s0 == s1) {
+    const int s0 = MULTI ? sg.seg(ra) : 0, s1 = MULTI ? sg.seg(rb) : 0;
+    if (!MULTI || s0 == s1) {
         const i64 g0 = (u - (i64)sg.first(s0) * n_sb) * F::BYTES;
         const u8* src = sg.w(s0) + (g0 & ~(i64)15);
         const int n = cnt ? (int)(((g0 + (i64)cnt * F::BYTES + 15) >> 4) - (g0 >> 4)) : 0;
@@ -1313,13 +1313,13 @@ __device__ __forceinline__ void mvr_fetch16(u32* dst, const mv_segs& sg, int n_s
 // bytes at the same places (16-byte words from the one holding the round's first byte; a round
 // crossing into the next matrix in one copy per matrix, whole super-blocks of 16-byte multiples).
 // Nothing is issued (and `bar` not armed) for an empty round.
-template <typename F>
+template <typename F, bool MULTI>
 __device__ __forceinline__ void mvr_fetch_bulk(u32* dst, const mv_segs& sg, int n_sb, i64 u, int cnt,
                                                int ra, int rb, int r0, int li, u32 bar) {
     if (cnt == 0) return;
     const u32 d = (u32)__cvta_generic_to_shared(dst);
-    const int s0 = sg.seg(ra), s1 = sg.seg(rb);
-    if (s0 == s1) {
+    const int s0 = MULTI ? sg.seg(ra) : 0, s1 = MULTI ? sg.seg(rb) : 0;
+    if (!MULTI || s0 == s1) {
         const i64 g0 = (u - (i64)sg.first(s0) * n_sb) * F::BYTES;
         const u32 n = (u32)(((g0 + (i64)cnt * F::BYTES + 15) >> 4) - (g0 >> 4)) * 16u;
         mvb_expect(bar, n);
@@ -1518,7 +1518,14 @@ __device__ void mvr_quantize_row(u8* acts_t, const float* __restrict__ xf,
     }
 }
 
-template <typename F, int W>
+// MODE: which rounds the launch's rows take, known at compile time so that each kernel holds
+// only its own path (smaller code, fewer instruction-fetch stalls): MVR_ANY either (decided per
+// launch), MVR_WHOLE whole-row rounds only (rows of at most 32 super-blocks), MVR_LONG rounds
+// that cross rows only (longer rows, one matrix).
+#define MVR_ANY 0
+#define MVR_WHOLE 1
+#define MVR_LONG 2
+template <typename F, int W, int MODE>
 __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, long long meta_off,
                                long long bsums_off, int k, const float* __restrict__ residual,
                                const float* __restrict__ xf, const float* __restrict__ norm_w,
@@ -1556,7 +1563,7 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
     const i64 u0 = (i64)r0 * n_sb;
     const int n_u = (r1 - r0) * n_sb;
     // Rows per round when whole rows fit in one (else 0), and super-blocks per round.
-    const int rpr = n_sb <= WARP ? WARP / n_sb : 0;
+    const int rpr = MODE == MVR_LONG ? 0 : (MODE == MVR_WHOLE || n_sb <= WARP ? WARP / n_sb : 0);
     const int rs = rpr ? rpr * n_sb : WARP;
     const int n_rounds = (n_u + rs - 1) / rs;
     // Long rows: the row of the next round to fetch and its first super-block's position.
@@ -1568,7 +1575,7 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
         u32* dst = stage + (q & 1) * R::BUF_WORDS;
         if constexpr (R::COPY16) {
             int ra = f_row, rb = f_row;
-            if (rpr) {
+            if (MODE == MVR_WHOLE || (MODE == MVR_ANY && rpr)) {
                 ra = r0 + q * rpr;
                 rb = ra + max(1, min(rpr, r1 - ra)) - 1;
             } else {
@@ -1579,10 +1586,10 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
             if (use_bulk) {
                 if (lane == 0) {
                     mvb_fence_reuse();
-                    mvr_fetch_bulk<F>(dst, sg, n_sb, u0 + li, cnt, ra, rb, r0, li, bars + 8u * (q & 1));
+                    mvr_fetch_bulk<F, MODE != MVR_LONG>(dst, sg, n_sb, u0 + li, cnt, ra, rb, r0, li, bars + 8u * (q & 1));
                 }
             } else {
-                mvr_fetch16<F>(dst, sg, n_sb, u0 + li, cnt, lane, ra, rb, r0, li);
+                mvr_fetch16<F, MODE != MVR_LONG>(dst, sg, n_sb, u0 + li, cnt, lane, ra, rb, r0, li);
             }
         } else {  // one matrix per launch (the host checks)
             mvr_fetch<F>(dst, sg.w0, u0 + li, cnt, lane);
@@ -1630,7 +1637,7 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
         const int cnt = min(rs, n_u - q * rs);
         if (lane < cnt) {
             int sbx = my_pos;  // of the super-block's row
-            if (!rpr) sbx = c_pos + lane < n_sb ? c_pos + lane : c_pos + lane - n_sb;
+            if (MODE == MVR_LONG || (MODE == MVR_ANY && !rpr)) sbx = c_pos + lane < n_sb ? c_pos + lane : c_pos + lane - n_sb;
             const u8* at = acts_t + sbx * MV_ACT_R;
             const u8* buf = (const u8*)(stage + (q & 1) * R::BUF_WORDS);
             if constexpr (R::COPY16) {
@@ -1667,7 +1674,7 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
         // The chains, in super-block order (ggml: sums[l] += (d·d_a) · lane_l; sum -= (dmin·d_a)
         // Σ min·bsum), then the row's output: sum (Q4_K / Q5_K's min chain, else 0) + sums[0]
         // + ... + sums[7].
-        if (rpr) {
+        if (MODE == MVR_WHOLE || (MODE == MVR_ANY && rpr)) {
             const int rows_here = cnt / n_sb;
             for (int c = lane; c < rows_here * L; c += WARP) {
                 const int j = c / L, l = c - j * L;
@@ -1721,28 +1728,37 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
     mv_cp_wait<0>();  // no copy outlives the block
 }
 
-#define MATVEC_Q8_ROWS(name, fmt, W)                                                             \
+#define MATVEC_Q8_ROWS(name, fmt, W, MODE)                                                       \
     extern "C" __global__ void __launch_bounds__(W * WARP, 16 / W)                               \
         matvec_q8_rows_##name(float* y, const u8* w, const u8* acts, long long meta_off,         \
                               long long bsums_off, int n_out, int k, const float* bias,          \
                               const float* residual, MV_SEG_PARAMS, const float* xf,             \
                               const float* norm_w, float eps, int bulk) {                        \
         PDL_WAITS_INSIDE();                                                                      \
-        matvec_q8_rows<fmt, W>(MV_SEGS(y, w, bias, n_out), acts, meta_off, bsums_off, k,         \
-                               residual, xf, norm_w, eps, bulk);                                 \
+        matvec_q8_rows<fmt, W, MODE>(MV_SEGS(y, w, bias, n_out), acts, meta_off, bsums_off, k,   \
+                                     residual, xf, norm_w, eps, bulk);                           \
     }
-MATVEC_Q8_ROWS(q3_k, mv_q3_k, 4)
-MATVEC_Q8_ROWS(q4_k, mv_q4_k, 4)
-MATVEC_Q8_ROWS(q5_k, mv_q5_k, 4)
-MATVEC_Q8_ROWS(q6_k, mv_q6_k, 4)
-// Long rows (7B's down projection: 74 super-blocks) on few rows: more warps per block share one
-// transposed activation row, so more warps fit on an SM and each gets fewer rows.
-MATVEC_Q8_ROWS(q4_k_w6, mv_q4_k, 6)
-MATVEC_Q8_ROWS(q5_k_w6, mv_q5_k, 6)
-MATVEC_Q8_ROWS(q6_k_w6, mv_q6_k, 6)
-MATVEC_Q8_ROWS(q4_k_w8, mv_q4_k, 8)
-MATVEC_Q8_ROWS(q5_k_w8, mv_q5_k, 8)
-MATVEC_Q8_ROWS(q6_k_w8, mv_q6_k, 8)
+MATVEC_Q8_ROWS(q3_k, mv_q3_k, 4, MVR_ANY)
+MATVEC_Q8_ROWS(q4_k, mv_q4_k, 4, MVR_WHOLE)
+MATVEC_Q8_ROWS(q5_k, mv_q5_k, 4, MVR_WHOLE)
+MATVEC_Q8_ROWS(q6_k, mv_q6_k, 4, MVR_WHOLE)
+MATVEC_Q8_ROWS(q4_k_w6, mv_q4_k, 6, MVR_WHOLE)
+MATVEC_Q8_ROWS(q5_k_w6, mv_q5_k, 6, MVR_WHOLE)
+MATVEC_Q8_ROWS(q6_k_w6, mv_q6_k, 6, MVR_WHOLE)
+MATVEC_Q8_ROWS(q4_k_w8, mv_q4_k, 8, MVR_WHOLE)
+MATVEC_Q8_ROWS(q5_k_w8, mv_q5_k, 8, MVR_WHOLE)
+MATVEC_Q8_ROWS(q6_k_w8, mv_q6_k, 8, MVR_WHOLE)
+// Long rows (7B's down projection: 74 super-blocks; one matrix a launch). Blocks of 6 or 8
+// warps: more warps share one transposed activation row, so more fit on an SM.
+MATVEC_Q8_ROWS(q4_k_long, mv_q4_k, 4, MVR_LONG)
+MATVEC_Q8_ROWS(q5_k_long, mv_q5_k, 4, MVR_LONG)
+MATVEC_Q8_ROWS(q6_k_long, mv_q6_k, 4, MVR_LONG)
+MATVEC_Q8_ROWS(q4_k_w6_long, mv_q4_k, 6, MVR_LONG)
+MATVEC_Q8_ROWS(q5_k_w6_long, mv_q5_k, 6, MVR_LONG)
+MATVEC_Q8_ROWS(q6_k_w6_long, mv_q6_k, 6, MVR_LONG)
+MATVEC_Q8_ROWS(q4_k_w8_long, mv_q4_k, 8, MVR_LONG)
+MATVEC_Q8_ROWS(q5_k_w8_long, mv_q5_k, 8, MVR_LONG)
+MATVEC_Q8_ROWS(q6_k_w8_long, mv_q6_k, 8, MVR_LONG)
 
 // ---------------------------------------------------------------------------------------------
 // Float weights the way ggml's CPU computes them: the activation rounded to the weight's type

@@ -1043,17 +1043,32 @@ fn mv_rows_shared(dtype: DType, cols: usize, warps: usize) -> usize {
     cols / 256 * 304 + warps * warp
 }
 
-/// The `matvec_q8_rows_*` function of `dtype` with `warps` warps per block.
+/// The `matvec_q8_rows_*` function of `dtype` with `warps` warps per block for rows of `cols`
+/// values: Q4_K / Q5_K / Q6_K have one kernel for rows of at most 32 super-blocks (whole-row
+/// rounds) and one (`_long`, one matrix a launch) for longer rows, each holding only its own
+/// path; Q3_K one for both.
 fn rows_function(
     dev: &CudaDevice,
     dtype: DType,
     warps: usize,
+    cols: usize,
 ) -> Result<cudarc::driver::CudaFunction> {
     let fmt = suffix("matvec", dtype)?;
-    match warps {
-        4 => dev.function("matvec", &format!("matvec_q8_rows_{fmt}")),
-        w => dev.function("matvec", &format!("matvec_q8_rows_{fmt}_w{w}")),
-    }
+    let w = match warps {
+        4 => String::new(),
+        w => format!("_w{w}"),
+    };
+    let long = if mv_rows_whole(dtype) && rows_long(cols) {
+        "_long"
+    } else {
+        ""
+    };
+    dev.function("matvec", &format!("matvec_q8_rows_{fmt}{w}{long}"))
+}
+
+/// Rows of more than 32 super-blocks: the row kernel's rounds cross rows.
+fn rows_long(cols: usize) -> bool {
+    cols / 256 > 32
 }
 
 /// `matvec_q8_rows_*`: one activation row against Q3_K .. Q6_K weights, each warp streaming
@@ -1077,7 +1092,7 @@ fn rows_blocks_per_sm(
 
 /// Whether `matvec_q8_rows_*` can run for rows of `cols` values of `dtype` on this GPU.
 fn rows_kernel_fits(dev: &CudaDevice, dtype: DType, cols: usize) -> Result<bool> {
-    let f = rows_function(dev, dtype, MVR_WARPS)?;
+    let f = rows_function(dev, dtype, MVR_WARPS, cols)?;
     Ok(rows_blocks_per_sm(dev, &f, mv_rows_shared(dtype, cols, MVR_WARPS), MVR_WARPS)? > 0)
 }
 
@@ -1110,8 +1125,9 @@ fn matvec_rows(
     epi: Epilogue,
     more: &mut [MatvecPart],
 ) -> Result<bool> {
-    // Several matrices per launch only where the kernel can split its 16-byte copies.
-    if !more.is_empty() && !mv_rows_multi(w.dtype) {
+    // Several matrices per launch only where the kernel can split its 16-byte copies, and in
+    // whole-row rounds (the long-row kernels take one matrix).
+    if !more.is_empty() && (!mv_rows_multi(w.dtype) || rows_long(w.cols)) {
         return Ok(false);
     }
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
@@ -1193,7 +1209,7 @@ fn rows_launch_shape(
         if forced.is_some_and(|f| f != warps && choices.contains(&f)) {
             continue;
         }
-        let f = rows_function(dev, dtype, warps)?;
+        let f = rows_function(dev, dtype, warps, cols)?;
         let smem = mv_rows_shared(dtype, cols, warps);
         let per_sm = rows_blocks_per_sm(dev, &f, smem, warps)?;
         if per_sm == 0 {
