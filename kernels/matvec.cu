@@ -1544,7 +1544,13 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
     // With `bulk` (sm_90+, 16-byte-copied formats), lane 0 fetches each round by bulk copies
     // counted on the buffer's mbarrier instead of every lane by 16-byte `cp.async`.
     __shared__ __align__(8) u64 mvr_bars[W][2];
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+    // sm_90+: always (the host passes bulk = 1 there), so the 16-byte-copy path is not compiled in.
+    constexpr bool use_bulk = R::COPY16;
+    (void)bulk;
+#else
     const bool use_bulk = R::COPY16 && bulk;
+#endif
     const u32 bars = (u32)__cvta_generic_to_shared(&mvr_bars[warp][0]);
     if (use_bulk) {
         if (lane == 0) {

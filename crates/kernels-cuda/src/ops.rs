@@ -1096,12 +1096,11 @@ fn rows_kernel_fits(dev: &CudaDevice, dtype: DType, cols: usize) -> Result<bool>
     Ok(rows_blocks_per_sm(dev, &f, mv_rows_shared(dtype, cols, MVR_WARPS), MVR_WARPS)? > 0)
 }
 
-/// Whether `matvec_q8_rows_*` fetches its rounds of Q4_K / Q5_K / Q6_K weights by bulk copies
-/// (sm_90+; `SYNAPTIX_ROWS_BULK=0`: by 16-byte `cp.async` from every lane, as below sm_90).
+/// Whether `matvec_q8_rows_*` fetches its rounds of Q4_K / Q5_K / Q6_K weights by bulk copies:
+/// on sm_90+ always (the kernels there are compiled with that path alone), below it by 16-byte
+/// `cp.async` from every lane.
 fn rows_bulk(dev: &CudaDevice) -> bool {
-    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     dev.info.compute_capability.0 >= 9
-        && !*OFF.get_or_init(|| std::env::var("SYNAPTIX_ROWS_BULK").as_deref() == Ok("0"))
 }
 
 /// Where `matvec_q8_rows_*` takes its activation row from.
