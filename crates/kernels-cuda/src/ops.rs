@@ -1513,7 +1513,7 @@ pub fn rms_norm_matvec_many(
     while at < parts.len() {
         let dtype = parts[at].w.dtype;
         let mut end = at + 1;
-        if mv_rows_multi(dtype) && !many_disabled() {
+        if mv_rows_multi(dtype) && !rows_long(cols) && !many_disabled() {
             while end < parts.len() && end - at < 3 && parts[end].w.dtype == dtype {
                 end += 1;
             }
