@@ -1735,7 +1735,7 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
 }
 
 #define MATVEC_Q8_ROWS(name, fmt, W, MODE)                                                       \
-    extern "C" __global__ void __launch_bounds__(W * WARP, (W == 5 ? 20 : 16) / W)            \
+    extern "C" __global__ void __launch_bounds__(W * WARP, 16 / W)                               \
         matvec_q8_rows_##name(float* y, const u8* w, const u8* acts, long long meta_off,         \
                               long long bsums_off, int n_out, int k, const float* bias,          \
                               const float* residual, MV_SEG_PARAMS, const float* xf,             \
@@ -1754,12 +1754,6 @@ MATVEC_Q8_ROWS(q6_k_w6, mv_q6_k, 6, MVR_WHOLE)
 MATVEC_Q8_ROWS(q4_k_w8, mv_q4_k, 8, MVR_WHOLE)
 MATVEC_Q8_ROWS(q5_k_w8, mv_q5_k, 8, MVR_WHOLE)
 MATVEC_Q8_ROWS(q6_k_w8, mv_q6_k, 8, MVR_WHOLE)
-// Five warps, four blocks an SM (experiment, `SYNAPTIX_ROWS_MAX_WARPS=20`): 20 warps where four
-// blocks of 4 miss the shared memory for a fifth by a few hundred bytes (7B's 14-super-block
-// rows); at most 102 registers a thread.
-MATVEC_Q8_ROWS(q4_k_w5, mv_q4_k, 5, MVR_WHOLE)
-MATVEC_Q8_ROWS(q5_k_w5, mv_q5_k, 5, MVR_WHOLE)
-MATVEC_Q8_ROWS(q6_k_w5, mv_q6_k, 5, MVR_WHOLE)
 // Long rows (7B's down projection: 74 super-blocks; one matrix a launch). Blocks of 6 or 8
 // warps: more warps share one transposed activation row, so more fit on an SM.
 MATVEC_Q8_ROWS(q4_k_long, mv_q4_k, 4, MVR_LONG)

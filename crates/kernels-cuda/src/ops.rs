@@ -1010,7 +1010,7 @@ fn use_tile_kernel(dtype: DType, rows: usize) -> bool {
 /// formats also 6 and 8 (`_w6`, `_w8`), which share one block's transposed activation row
 /// between more warps.
 const MVR_WARPS: usize = 4;
-const MVR_WARP_CHOICES: [usize; 4] = [4, 5, 6, 8];
+const MVR_WARP_CHOICES: [usize; 3] = [4, 6, 8];
 /// Shared memory a block may use without opting in.
 const MVR_DEFAULT_SHARED: usize = 48 * 1024;
 
@@ -1184,8 +1184,7 @@ fn matvec_rows(
 
 /// Warps per block, function, shared memory and rows per warp of `matvec_q8_rows_*` for `rows`
 /// rows of `cols` values of `dtype`; None when no block fits (very long rows).
-/// `SYNAPTIX_ROWS_WARPS=4|5|6|8` forces a block size where it fits (comparisons; 5 with
-/// [`rows_max_warps`] above 16, for whole-row rounds only).
+/// `SYNAPTIX_ROWS_WARPS=4|6|8` forces a block size where it fits (comparisons).
 fn rows_launch_shape(
     dev: &CudaDevice,
     dtype: DType,
@@ -1199,12 +1198,10 @@ fn rows_launch_shape(
             .and_then(|v| v.parse().ok())
             .filter(|w| MVR_WARP_CHOICES.contains(w))
     });
-    // Five-warp blocks for whole-row rounds only (no `_w5_long` kernels), and only with more
-    // than 16 warps an SM allowed (the experiment).
-    let choices: &[usize] = match (mv_rows_whole(dtype), rows_long(cols), rows_max_warps() > 16) {
-        (true, false, true) => &MVR_WARP_CHOICES,
-        (true, _, _) => &[4, 6, 8],
-        (false, _, _) => &MVR_WARP_CHOICES[..1],
+    let choices: &[usize] = if mv_rows_whole(dtype) {
+        &MVR_WARP_CHOICES
+    } else {
+        &MVR_WARP_CHOICES[..1]
     };
     let mut best: Option<(usize, cudarc::driver::CudaFunction, usize, usize)> = None;
     for &warps in choices {
@@ -1217,28 +1214,14 @@ fn rows_launch_shape(
         if per_sm == 0 {
             continue;
         }
-        // At most rows_max_warps() warps an SM (the grid is shaped for them).
-        let max_warps = (per_sm * warps).min(rows_max_warps()) * sm_count(dev);
+        // At most 16 warps an SM: the kernel's 128 registers per thread.
+        let max_warps = (per_sm * warps).min(16) * sm_count(dev);
         let rows_per_warp = rows.div_ceil(max_warps);
         if best.as_ref().is_none_or(|b| rows_per_warp < b.3) {
             best = Some((warps, f, smem, rows_per_warp));
         }
     }
     Ok(best)
-}
-
-/// The most warps an SM the row kernel's grid is shaped for: 16 (four blocks of 4: the kernels
-/// were built for 128 registers a thread), or `SYNAPTIX_ROWS_MAX_WARPS=N` (experiment, up to 32:
-/// the specialised kernels take 87-117 registers, so where shared memory allows, four blocks of 5
-/// or five of 4 give 20; not yet measured on a GPU).
-fn rows_max_warps() -> usize {
-    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *MAX.get_or_init(|| {
-        std::env::var("SYNAPTIX_ROWS_MAX_WARPS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map_or(16, |n: usize| n.clamp(16, 32))
-    })
 }
 
 /// Whether one activation row against `w` goes to `matvec_q8_rows_*`: measured on an H200,
