@@ -1,7 +1,8 @@
 //! `synaptix bench`: prompt-processing (ppN) and generation (tgN) throughput, printed like
 //! llama.cpp's `llama-bench` so the two tables compare line by line.
 //!
-//! As llama-bench does: tokens are random (BOS first when the vocabulary adds one), each test
+//! As llama-bench does: tokens are random (BOS first when the vocabulary adds one; generation
+//! starts from one and goes on greedily), each test
 //! keeps one cache and empties it before every run, one untimed warm-up run precedes the timed
 //! repetitions, and t/s is the mean over repetitions of `tokens / seconds`, with its sample
 //! standard deviation. The generation warm-up takes two steps: on a GPU the first step of a cache
@@ -15,7 +16,7 @@ use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 use synaptix_infer::Engine;
 use synaptix_models::{Logits, NoTap};
-use synaptix_sample::SplitMix64;
+use synaptix_sample::{DevicePick, SplitMix64};
 
 use crate::inspect::{human_bytes, human_count};
 
@@ -132,14 +133,22 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
         let mut samples = Vec::new();
         let mut cache = engine.new_cache(n_ctx)?;
         for rep in 0..=a.repetitions {
-            let tokens = random_tokens(a.n_gen);
+            let tokens = random_tokens(1);
             cache.truncate(0);
             let n = if rep == 0 { a.n_gen.min(2) } else { a.n_gen };
             let start = Instant::now();
-            // Each step ends with the greedy token on the host, as generation does (on a GPU
-            // only the token id crosses; the logits stay on the device).
-            for &t in &tokens[..n] {
-                engine.model.forward_greedy(&[t], cache.as_mut())?;
+            // Greedy generation from a random token: each step's pick, on the host at the end of
+            // the step (on a GPU only the token id crosses; the logits stay on the device), is
+            // the next step's token, and every step but the last says that another follows.
+            let mut token = tokens[0];
+            for i in 0..n {
+                let picked = engine.model.forward_pick_more(
+                    &[token],
+                    cache.as_mut(),
+                    &DevicePick::GREEDY,
+                    i + 1 < n,
+                )?;
+                token = picked.first().map_or(0, |c| c.0);
             }
             let s = start.elapsed().as_secs_f64();
             if rep > 0 {

@@ -260,7 +260,10 @@ impl Engine {
                 break;
             }
             if let Some(pick) = sampler.device_pick() {
-                let candidates = self.model.forward_pick(&[token], cache, &pick)?;
+                // Another step follows this one unless the token limit is reached (or the pick
+                // ends the generation): the device may start it on its own pick.
+                let more = tokens.len() + 1 < opts.max_tokens;
+                let candidates = self.model.forward_pick_more(&[token], cache, &pick, more)?;
                 chosen = Some(if pick.top_k == 0 {
                     candidates
                         .first()

@@ -262,6 +262,92 @@ impl CudaDevice {
     }
 }
 
+impl CudaDevice {
+    /// `slots` i32 values in page-locked host memory that copies from the device land in
+    /// without stopping the stream (see [`Readback`]).
+    pub fn readback(&self, slots: usize) -> Result<Readback> {
+        let slots = slots.max(1);
+        let bytes = slots * std::mem::size_of::<i32>();
+        // SAFETY: plain page-locked memory (no flags), freed in Drop; zeroed before use.
+        let ptr = unsafe { cudarc::driver::result::malloc_host(bytes, 0) }? as *mut i32;
+        // SAFETY: `ptr` holds `slots` i32s, suitably aligned (page-locked allocations are).
+        unsafe { std::ptr::write_bytes(ptr, 0, slots) };
+        let events = (0..slots)
+            .map(|_| self.ctx.new_event(None))
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(Readback {
+            ptr,
+            events,
+            stream: self.stream.clone(),
+        })
+    }
+}
+
+/// Page-locked host slots for single i32 results (a decode step's token id): a copy into a slot
+/// is queued on the device's stream behind the work that produces the value, and the host waits
+/// for that copy alone, not for whatever was queued after it.
+pub struct Readback {
+    ptr: *mut i32,
+    /// `events[i]`: recorded after the last copy into slot `i`.
+    events: Vec<cudarc::driver::CudaEvent>,
+    stream: Arc<CudaStream>,
+}
+
+// SAFETY: the slots are only written by copies queued through `&self` methods and read after
+// their event; the raw pointer is owned (freed once, in Drop).
+unsafe impl Send for Readback {}
+unsafe impl Sync for Readback {}
+
+impl Readback {
+    /// Queues, in stream order, a copy of `src[0]` into `slot`.
+    pub fn enqueue(&self, slot: usize, src: &DeviceBuffer<i32>) -> Result<()> {
+        use cudarc::driver::DevicePtr;
+        let event = self.events.get(slot).ok_or_else(|| CudaError::Invalid {
+            op: "readback",
+            detail: format!("slot {slot} of {}", self.events.len()),
+        })?;
+        if src.is_empty() {
+            return Err(CudaError::Invalid {
+                op: "readback",
+                detail: "empty source".into(),
+            });
+        }
+        let (src_ptr, _sync) = src.device_ptr(&self.stream);
+        // SAFETY: the slot is one i32 of our page-locked allocation; the caller waits for a
+        // slot's previous copy (`wait`) before queueing another into it, and nothing else
+        // writes there. The copy reads one i32 of `src` in stream order.
+        unsafe {
+            let dst = std::slice::from_raw_parts_mut(self.ptr.add(slot), 1);
+            cudarc::driver::result::memcpy_dtoh_async(dst, src_ptr, self.stream.cu_stream())?;
+        }
+        event.record(&self.stream)?;
+        Ok(())
+    }
+
+    /// Waits for the last copy queued into `slot` and returns its value.
+    pub fn wait(&self, slot: usize) -> Result<i32> {
+        let event = self.events.get(slot).ok_or_else(|| CudaError::Invalid {
+            op: "readback",
+            detail: format!("slot {slot} of {}", self.events.len()),
+        })?;
+        event.synchronize()?;
+        // SAFETY: the copy into the slot has completed (its event has); volatile because the
+        // device wrote it behind the compiler's back.
+        Ok(unsafe { std::ptr::read_volatile(self.ptr.add(slot)) })
+    }
+}
+
+impl Drop for Readback {
+    fn drop(&mut self) {
+        // Copies still queued write into the slots: let them land before the memory goes.
+        for e in &self.events {
+            let _ = e.synchronize();
+        }
+        // SAFETY: allocated by malloc_host in CudaDevice::readback, freed once.
+        let _ = unsafe { cudarc::driver::result::free_host(self.ptr as _) };
+    }
+}
+
 /// `SYNAPTIX_GRAPH_SKIP=name,...` (diagnostic): recorded decode steps leave out every kernel whose
 /// name contains one of these, so that a benchmark measures what those kernels cost in place
 /// (replayed, overlapped by programmatic dependent launch as they run). The outputs are wrong.

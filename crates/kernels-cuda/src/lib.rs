@@ -22,6 +22,6 @@ pub mod probe;
 pub mod sample;
 pub mod sources;
 
-pub use device::{CudaDevice, DeviceBuffer, StepGraph, MIN_COMPUTE_CAPABILITY};
+pub use device::{CudaDevice, DeviceBuffer, Readback, StepGraph, MIN_COMPUTE_CAPABILITY};
 pub use error::{CudaError, Result};
 pub use probe::{cuda_status, CudaStatus, GpuInfo};

@@ -102,6 +102,7 @@ impl<B: Backend, L: Layers<B>> Decoder<B, L> {
         logits: Logits,
         tap: &mut dyn Tap,
     ) -> Result<B::Tensor> {
+        cache.chained = false;
         let (be, layers) = (&self.be, &self.layers);
         self.trunk
             .run(be, tokens, cache, logits, tap, |il, x, pos, kv, tap| {
@@ -144,7 +145,18 @@ impl<B: Backend, L: Layers<B>> crate::CausalLm for Decoder<B, L> {
         cache: &mut dyn crate::Cache,
         pick: &DevicePick,
     ) -> Result<Vec<(u32, f32)>> {
+        self.forward_pick_more(tokens, cache, pick, false)
+    }
+
+    fn forward_pick_more(
+        &self,
+        tokens: &[u32],
+        cache: &mut dyn crate::Cache,
+        pick: &DevicePick,
+        more: bool,
+    ) -> Result<Vec<(u32, f32)>> {
         let kv = crate::own_cache::<B>(cache)?;
+        let follows = std::mem::take(&mut kv.chained);
         let [token] = *tokens else {
             let out = self.logits(tokens, kv, Logits::Last, &mut synaptix_nn::NoTap)?;
             return Ok(self.be.pick(out, pick)?);
@@ -155,6 +167,9 @@ impl<B: Backend, L: Layers<B>> crate::CausalLm for Decoder<B, L> {
             cache_id: kv.id,
             token,
             position: len,
+            // The step after this one must fit in the cache.
+            continues: more && pick.top_k == 0 && pick.penalties.is_none() && len + 1 < kv.capacity,
+            follows,
         };
         let mut failure = None;
         let picked = self.be.decode_step(key, pick, &mut || {
@@ -171,6 +186,7 @@ impl<B: Backend, L: Layers<B>> crate::CausalLm for Decoder<B, L> {
         match (picked, failure) {
             (Ok(t), _) => {
                 kv.len = len + 1;
+                kv.chained = key.continues;
                 Ok(t)
             }
             (Err(_), Some(model_error)) => Err(model_error),

@@ -127,6 +127,21 @@ pub trait CausalLm: Send + Sync {
         pick: &DevicePick,
     ) -> Result<Vec<(u32, f32)>>;
 
+    /// [`CausalLm::forward_pick`] in a decode loop: with `more` set, the caller feeds a greedy
+    /// pick (no penalties) back as the next token and means to ask for the next step, which the
+    /// device may then start on its own pick before this call returns. A caller that then stops
+    /// or feeds another token gets correct results; the step started ahead is wasted work.
+    fn forward_pick_more(
+        &self,
+        tokens: &[u32],
+        cache: &mut dyn Cache,
+        pick: &DevicePick,
+        more: bool,
+    ) -> Result<Vec<(u32, f32)>> {
+        let _ = more;
+        self.forward_pick(tokens, cache, pick)
+    }
+
     /// Runs `tokens` and returns the most likely next token (lowest id on ties), chosen on the
     /// model's device so that only the id crosses to the host.
     fn forward_greedy(&self, tokens: &[u32], cache: &mut dyn Cache) -> Result<u32> {

@@ -172,6 +172,63 @@ fn recorded_decode_steps_match_eager_steps() {
     }
 }
 
+/// Greedy decode steps launched ahead on the device's own pick (`forward_pick_more` with
+/// `more` set: the next step runs before the host has read this one's pick) pick the same tokens
+/// as steps run one at a time, also when the caller then feeds another token than the pick,
+/// empties part of the cache, or runs the cache full (the last step may not launch one ahead).
+#[test]
+fn steps_launched_ahead_match_single_steps() {
+    if !gpu() {
+        return;
+    }
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/synthetic");
+    let mut paths: Vec<PathBuf> = ["llama-tiny.gguf", "qwen3-tiny.gguf"]
+        .iter()
+        .map(|f| dir.join(f))
+        .collect();
+    if let Some(extra) = std::env::var_os("SYNAPTIX_CUDA_PARITY_MODELS") {
+        paths.extend(std::env::split_paths(&extra));
+    }
+    let greedy = synaptix_sample::DevicePick::GREEDY;
+    for path in &paths {
+        let model = load(path, Device::Cuda(0));
+        let prompt: Vec<u32> = (0..7).map(|i| (i * 37 % 240 + 3) as u32).collect();
+        let n_ctx = prompt.len() + DECODE_STEPS;
+        let run = |ahead: bool| -> Vec<u32> {
+            let mut cache = model.new_cache(n_ctx).unwrap();
+            let mut picks = vec![model.forward_greedy(&prompt, cache.as_mut()).unwrap()];
+            while cache.len() < n_ctx {
+                let mut token = *picks.last().unwrap();
+                match picks.len() {
+                    // Another token than the pick the step launched ahead ran on.
+                    20 => token = (token + 1) % 200,
+                    // Back five positions: the step launched ahead is not the one asked for.
+                    40 => cache.truncate(cache.len() - 5),
+                    _ => {}
+                }
+                let picked = model
+                    .forward_pick_more(&[token], cache.as_mut(), &greedy, ahead)
+                    .unwrap();
+                picks.push(picked[0].0);
+            }
+            picks
+        };
+        let single = run(false);
+        let ahead = run(true);
+        assert_eq!(single.len(), 1 + DECODE_STEPS + 5);
+        assert_eq!(
+            ahead,
+            single,
+            "{}: steps launched ahead pick other tokens",
+            path.display()
+        );
+        eprintln!(
+            "{}: steps launched ahead identical to single steps",
+            path.display()
+        );
+    }
+}
+
 /// Sampling with the device's part on the GPU (penalties and top-k, recorded and replayed as
 /// CUDA graphs) hands the host the same candidates as the CPU backend, step after step, so the
 /// sampler draws the same tokens; greedy decoding with penalties likewise.

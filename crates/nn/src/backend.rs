@@ -214,4 +214,10 @@ pub struct DecodeStep {
     pub cache_id: u64,
     pub token: u32,
     pub position: usize,
+    /// The caller feeds this step's greedy pick back as the next token and means to ask for
+    /// the next step: the backend may launch that step on its own pick before returning.
+    pub continues: bool,
+    /// The previous operation on this cache was the step before this one, with `continues`
+    /// set: a step the backend launched ahead then may be this one (it checks the token).
+    pub follows: bool,
 }

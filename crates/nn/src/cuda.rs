@@ -310,7 +310,8 @@ impl Backend for CudaBackend {
         let mut out = self.tensor(ids.len(), table.cols)?;
         let scale = scale.unwrap_or(1.0);
         if let Some(inputs) = self.replay.recording() {
-            ops::get_rows(&self.device, &mut out.buf, table, &inputs.ids, scale)?;
+            let ids = inputs.ids.lock().unwrap_or_else(|e| e.into_inner());
+            ops::get_rows(&self.device, &mut out.buf, table, &ids, scale)?;
             return Ok(out);
         }
         let ids: Vec<i32> = ids.iter().map(|&i| i as i32).collect();
@@ -900,9 +901,15 @@ impl Backend for CudaBackend {
             Ok(())
         };
         if let Some(inputs) = recording {
-            // Read from the fixed buffers after the recording runs.
-            let mut out = inputs.out.lock().unwrap_or_else(|e| e.into_inner());
-            launch(&mut out)?;
+            // Read from the fixed buffers after the recording runs. A greedy pick goes straight
+            // into the step's token buffer: the next replay can run on it without the host.
+            if pick.top_k == 0 {
+                let mut ids = inputs.ids.lock().unwrap_or_else(|e| e.into_inner());
+                ops::argmax(dev, &x.buf, &mut ids)?;
+            } else {
+                let mut out = inputs.out.lock().unwrap_or_else(|e| e.into_inner());
+                launch(&mut out)?;
+            }
             return Ok(Vec::new());
         }
         let k = pick.top_k.max(1);

@@ -12,7 +12,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use synaptix_kernels_cuda::{ops, CudaDevice, DeviceBuffer, StepGraph};
+use synaptix_kernels_cuda::{ops, CudaDevice, DeviceBuffer, Readback, StepGraph};
 
 use synaptix_sample::DevicePick;
 
@@ -32,8 +32,9 @@ pub(crate) struct PickBuffers {
 
 /// Fixed device buffers a recorded step reads its inputs from and writes its pick to.
 pub(crate) struct StepInputs {
-    /// `[1]`: the token.
-    pub ids: DeviceBuffer<i32>,
+    /// `[1]`: the token. A greedy step writes its pick here, so that the next replay can run
+    /// on it without the host (see `Replay::decode_step`).
+    pub ids: Mutex<DeviceBuffer<i32>>,
     /// `[1]`: its position.
     pub pos: Arc<DeviceBuffer<i32>>,
     /// Per RoPE configuration, the position's `(cos, sin)` table `[n_rot / 2, 2]`.
@@ -46,13 +47,15 @@ pub(crate) struct StepInputs {
     pub out: Mutex<PickBuffers>,
     /// The pick settings the recording was made with.
     pub pick: DevicePick,
+    /// Where greedy picks come back to the host: slot `position % 2`.
+    readback: Readback,
 }
 
 impl StepInputs {
     fn new(dev: &CudaDevice, ropes: &[Rope], pick: &DevicePick) -> Result<StepInputs> {
         let k = pick.top_k.max(1);
         Ok(StepInputs {
-            ids: dev.zeros(1)?,
+            ids: Mutex::new(dev.zeros(1)?),
             pos: Arc::new(dev.zeros(1)?),
             ropes: ropes
                 .iter()
@@ -66,33 +69,54 @@ impl StepInputs {
                 count: dev.zeros(1)?,
             }),
             pick: pick.clone(),
+            readback: dev.readback(2)?,
         })
+    }
+
+    fn ids(&self) -> MutexGuard<'_, DeviceBuffer<i32>> {
+        // A poisoned lock only means a panic elsewhere; the buffer itself is always valid.
+        self.ids.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues the copy of the greedy pick the step just queued wrote, into `slot`.
+    fn queue_readback(&self, slot: usize) -> Result<()> {
+        Ok(self.readback.enqueue(slot, &self.ids())?)
     }
 
     /// What the last run of the step picked (greedy: the id, its value unknown: NaN).
     fn picked(&self, dev: &CudaDevice) -> Result<Vec<(u32, f32)>> {
+        if self.pick.top_k == 0 {
+            self.queue_readback(0)?;
+            return Ok(vec![(self.readback.wait(0)? as u32, f32::NAN)]);
+        }
         let out = self.out.lock().unwrap_or_else(|e| e.into_inner());
         read_pick(dev, &out, self.pick.top_k)
     }
 
     /// Writes the token, position and RoPE tables of `key`, and the penalty window of `pick`.
     fn write_step(&self, dev: &CudaDevice, key: DecodeStep, pick: &DevicePick) -> Result<()> {
-        let position = i32::try_from(key.position).map_err(|_| {
-            NnError::Kernel(synaptix_core::Error::ShapeMismatch {
-                op: "decode step",
-                detail: format!("position {}", key.position),
-            })
-        })?;
-        dev.overwrite(&self.ids, &[key.token as i32])?;
-        dev.overwrite(&self.pos, &[position])?;
-        for (rope, table) in &self.ropes {
-            dev.overwrite(table, &rope_table(rope, &[key.position]))?;
-        }
+        dev.overwrite(&self.ids(), &[key.token as i32])?;
+        self.write_position(dev, key.position)?;
         if let Some(p) = &pick.penalties {
             if !p.counts.is_empty() {
                 dev.overwrite(&self.penalty_pairs, &penalty_pairs(&p.counts))?;
             }
             dev.overwrite(&self.penalty_count, &[p.counts.len() as i32])?;
+        }
+        Ok(())
+    }
+
+    /// Writes the position and its RoPE tables (in stream order: after the work queued before).
+    fn write_position(&self, dev: &CudaDevice, position: usize) -> Result<()> {
+        let as_i32 = i32::try_from(position).map_err(|_| {
+            NnError::Kernel(synaptix_core::Error::ShapeMismatch {
+                op: "decode step",
+                detail: format!("position {position}"),
+            })
+        })?;
+        dev.overwrite(&self.pos, &[as_i32])?;
+        for (rope, table) in &self.ropes {
+            dev.overwrite(table, &rope_table(rope, &[position]))?;
         }
         Ok(())
     }
@@ -196,10 +220,19 @@ impl Signature {
     }
 }
 
+/// A greedy step launched before it was asked for, on the device's pick of the step before.
+struct Ahead {
+    sig: Signature,
+    position: usize,
+    /// The pick it runs on.
+    token: u32,
+}
+
 #[derive(Default)]
 pub(crate) struct Replay {
     mode: Mutex<Mode>,
     steps: Mutex<Vec<(Signature, Phase)>>,
+    ahead: Mutex<Option<Ahead>>,
 }
 
 impl Replay {
@@ -245,6 +278,7 @@ impl Replay {
             return step();
         }
         let sig = Signature::of(key, pick);
+        let ahead = self.ahead.lock().unwrap_or_else(|e| e.into_inner()).take();
         let mut steps = self.steps.lock().unwrap_or_else(|e| e.into_inner());
         let Some(at) = steps.iter().position(|(s, _)| *s == sig) else {
             self.set_mode(Mode::Survey(Vec::new()));
@@ -262,6 +296,44 @@ impl Replay {
         };
         match &mut steps[at].1 {
             Phase::Eager => step(),
+            Phase::Recorded { graph, inputs } if pick.top_k == 0 => {
+                // Greedy: the pick comes back through slot `position % 2`. When the caller
+                // continues on it, the next step is queued before this one's pick is read, on
+                // the pick the device left in the token buffer: the device goes from step to
+                // step without waiting for the host.
+                let launched = key.follows
+                    && ahead.is_some_and(|a| {
+                        a.sig == sig && a.position == key.position && a.token == key.token
+                    });
+                if !launched {
+                    inputs.write_step(dev, key, pick)?;
+                    graph.launch()?;
+                    inputs.queue_readback(key.position % 2)?;
+                }
+                let next = key.position + 1;
+                let next_sig = Signature::of(
+                    DecodeStep {
+                        position: next,
+                        ..key
+                    },
+                    pick,
+                );
+                let go_ahead = key.continues && next_sig == sig && !ahead_disabled();
+                if go_ahead {
+                    inputs.write_position(dev, next)?;
+                    graph.launch()?;
+                    inputs.queue_readback(next % 2)?;
+                }
+                let token = inputs.readback.wait(key.position % 2)? as u32;
+                if go_ahead {
+                    *self.ahead.lock().unwrap_or_else(|e| e.into_inner()) = Some(Ahead {
+                        sig,
+                        position: next,
+                        token,
+                    });
+                }
+                Ok(vec![(token, f32::NAN)])
+            }
             Phase::Recorded { graph, inputs } => {
                 inputs.write_step(dev, key, pick)?;
                 graph.launch()?;
@@ -314,6 +386,12 @@ impl Replay {
         let picked = inputs.picked(dev)?;
         Ok((picked, graph, inputs))
     }
+}
+
+/// `SYNAPTIX_NO_AHEAD=1` (for comparisons): no greedy step is launched before it is asked for.
+fn ahead_disabled() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| std::env::var_os("SYNAPTIX_NO_AHEAD").is_some())
 }
 
 pub(crate) fn same_rope(a: &Rope, b: &Rope) -> bool {

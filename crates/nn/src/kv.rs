@@ -9,6 +9,9 @@ pub struct KvCache<B: Backend> {
     /// Unique for the life of the process: what a backend keys work recorded for this cache by
     /// (a recorded decode step refers to these layers' buffers).
     pub id: u64,
+    /// The last operation on the cache was a decode step whose caller continues on its pick
+    /// ([`crate::DecodeStep::continues`]); anything else clears it.
+    pub chained: bool,
 }
 
 /// Source of [`KvCache::id`].
@@ -25,11 +28,13 @@ impl<B: Backend> KvCache<B> {
             capacity,
             len: 0,
             id: NEXT_CACHE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            chained: false,
         })
     }
 
     /// Forgets positions `n..` (the next forward writes from `n`).
     pub fn truncate(&mut self, n: usize) {
         self.len = self.len.min(n);
+        self.chained = false;
     }
 }
