@@ -178,16 +178,22 @@ __device__ __forceinline__ bool is_short(const DecodeRange& r, int short_max) {
 // per pass row (ATTN_THREADS × 8 in all).
 // STAGED: K and V rows [first, p] are already in shared memory (`ks`, `vs`: [p - first + 1][hd]
 // halves, row t at t - first), copied there by attention_one_pass_f32; the same arithmetic.
+// q16_ready: smem[0, hd) already holds the f16-rounded query (and the block has synchronised
+// since it was written), so qh is not read. Returns, in thread t < hd, the output it wrote to
+// out_h[t] (0 in the other threads).
 template <bool STAGED>
-__device__ void attention_short(float* out_h, const float* qh, const u16* k, const u16* v, const i32* table,
-                                int kvh, int n_kv_heads, int hd, float scale, int first, int p, float* smem,
-                                double* red, const u16* ks = nullptr, const u16* vs = nullptr) {
+__device__ float attention_short(float* out_h, const float* qh, const u16* k, const u16* v, const i32* table,
+                                 int kvh, int n_kv_heads, int hd, float scale, int first, int p, float* smem,
+                                 double* red, const u16* ks = nullptr, const u16* vs = nullptr,
+                                 bool q16_ready = false) {
     float* q16 = smem;
     const int base = first / 4 * 4;
     const int n = (p / 4 + 1) * 4 - base;  // the aligned groups of four holding [first, p]
     float* s = smem + hd;                   // s[i]: position base + i
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) q16[d] = f16_to_f32(f32_to_f16(qh[d]));
-    __syncthreads();
+    if (!q16_ready) {
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) q16[d] = f16_to_f32(f32_to_f16(qh[d]));
+        __syncthreads();
+    }
     const int L = hd / 8;
     const int sub = threadIdx.x % L, slot = threadIdx.x / L, slots = ATTN_THREADS / L;
     const int d0 = 8 * sub;
@@ -264,11 +270,14 @@ __device__ void attention_short(float* out_h, const float* qh, const u16* k, con
 #pragma unroll
     for (int e = 0; e < 8; ++e) red[slot * hd + d0 + e] = acc[e];
     __syncthreads();
+    float result = 0.0f;
     if (threadIdx.x < hd) {
         double o = red[threadIdx.x];
         for (int j = 1; j < slots; ++j) o += red[j * hd + threadIdx.x];
-        out_h[threadIdx.x] = (float)o;
+        result = (float)o;
+        out_h[threadIdx.x] = result;
     }
+    return result;
 }
 
 // The head `head` (of all rows' heads) of out: [rows, n_heads, hd], just written by this block,
@@ -1016,6 +1025,9 @@ extern "C" __global__ void attention_one_pass_f32(float* out, float* q, u16* k, 
             const rope_pair rq = rope_rotate(qh, cs, i, half, neox, use_scale != 0, scale_q);
             qh[rq.a] = rq.r0;
             qh[rq.b] = rq.r1;
+            // attention_short's f16-rounded query, without reading qh back.
+            smem[rq.a] = f16_to_f32(f32_to_f16(rq.r0));
+            smem[rq.b] = f16_to_f32(f32_to_f16(rq.r1));
             const rope_pair rk = rope_rotate(kh, cs, i, half, neox, false, 1.0f);
             const u16 a = f32_to_f16(rk.r0), b = f32_to_f16(rk.r1);
             ksr[rk.a] = a;
@@ -1032,6 +1044,7 @@ extern "C" __global__ void attention_one_pass_f32(float* out, float* q, u16* k, 
             vsr[d] = c;
             if (leader) v[kv_index(table, p, kvh, d, n_kv_heads, hd)] = c;
             if (d >= n_rot) {
+                smem[d] = f16_to_f32(f32_to_f16(qh[d]));
                 const u16 a = f32_to_f16(kh[d]);
                 ksr[d] = a;
                 if (leader) {
@@ -1046,7 +1059,21 @@ extern "C" __global__ void attention_one_pass_f32(float* out, float* q, u16* k, 
     asm volatile("cp.async.commit_group;" ::: "memory");
     asm volatile("cp.async.wait_group 0;" ::: "memory");
     __syncthreads();  // the staged rows, the current row and the rotated query are in place
-    attention_short<true>(out + head * hd, q + head * hd, k, v, table, kvh, n_kv_heads, hd, scale, first, p, smem,
-                          red, ks, vs);
+    const float o = attention_short<true>(out + head * hd, q + head * hd, k, v, table, kvh, n_kv_heads, hd, scale,
+                                          first, p, smem, red, ks, vs, k_new != nullptr);
+    if (acts_format == 1 || acts_format == 2) {
+        // Q8_0 / Q8_1 blocks of 32 outputs: warp w < hd / 32 holds outputs 32w .. 32w + 31 in
+        // its lanes, the values quantize_head would read back from out.
+        const int warp = threadIdx.x / WARP;
+        const int block = (int)(head * (hd / 32)) + warp;
+        if (warp < hd / 32) {
+            if (acts_format == 2) {
+                quantize_q8_32_value<true>(o, acts, acts_meta, block);
+            } else {
+                quantize_q8_32_value<false>(o, acts, acts_meta, block);
+            }
+        }
+        return;
+    }
     quantize_head(out, acts, acts_meta, acts_bsums, acts_format, acts_tickets, head, hd);
 }
