@@ -41,6 +41,19 @@ fn nmse(got: &[f32], want: &[f32]) -> f64 {
     num / den.max(1e-30)
 }
 
+/// The tiny synthetic models, then those `SYNAPTIX_CUDA_PARITY_MODELS` names.
+fn decode_models() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/synthetic");
+    let mut paths: Vec<PathBuf> = ["llama-tiny.gguf", "qwen3-tiny.gguf"]
+        .iter()
+        .map(|f| dir.join(f))
+        .collect();
+    if let Some(extra) = std::env::var_os("SYNAPTIX_CUDA_PARITY_MODELS") {
+        paths.extend(std::env::split_paths(&extra));
+    }
+    paths
+}
+
 fn load(path: &PathBuf, device: Device) -> Box<dyn CausalLm> {
     let file = Arc::new(GgufFile::open(path).expect("model opens"));
     synaptix_models::load_on(file, device).expect("model loads")
@@ -120,14 +133,7 @@ fn recorded_decode_steps_match_eager_steps() {
     if !gpu() {
         return;
     }
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/synthetic");
-    let mut paths: Vec<PathBuf> = ["llama-tiny.gguf", "qwen3-tiny.gguf"]
-        .iter()
-        .map(|f| dir.join(f))
-        .collect();
-    if let Some(extra) = std::env::var_os("SYNAPTIX_CUDA_PARITY_MODELS") {
-        paths.extend(std::env::split_paths(&extra));
-    }
+    let paths = decode_models();
     for path in &paths {
         let model = load(path, Device::Cuda(0));
         for (round, prompt_len) in [(0, 11usize), (1, 5)] {
@@ -181,14 +187,7 @@ fn steps_launched_ahead_match_single_steps() {
     if !gpu() {
         return;
     }
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/synthetic");
-    let mut paths: Vec<PathBuf> = ["llama-tiny.gguf", "qwen3-tiny.gguf"]
-        .iter()
-        .map(|f| dir.join(f))
-        .collect();
-    if let Some(extra) = std::env::var_os("SYNAPTIX_CUDA_PARITY_MODELS") {
-        paths.extend(std::env::split_paths(&extra));
-    }
+    let paths = decode_models();
     let greedy = synaptix_sample::DevicePick::GREEDY;
     for path in &paths {
         let model = load(path, Device::Cuda(0));
