@@ -1,11 +1,11 @@
 //! `synaptix bench`: prompt-processing (ppN) and generation (tgN) throughput, printed like
 //! llama.cpp's `llama-bench` so the two tables compare line by line.
 //!
-//! As llama-bench does: tokens are random (BOS first when the vocabulary adds one; generation
-//! starts from one and goes on greedily), each test
+//! As llama-bench does: tokens are random (BOS first when the vocabulary adds one), each test
 //! keeps one cache and empties it before every run, one untimed warm-up run precedes the timed
 //! repetitions, and t/s is the mean over repetitions of `tokens / seconds`, with its sample
-//! standard deviation. The generation warm-up takes two steps: on a GPU the first step of a cache
+//! standard deviation. Generation starts from one such token and goes on greedily, each pick fed
+//! back as the next token. The generation warm-up takes two steps: on a GPU the first step of a cache
 //! runs eagerly and the second records the step that later ones replay, one-time work that, like
 //! llama.cpp's graph capture, belongs to no repetition.
 
