@@ -1021,14 +1021,28 @@ extern "C" __global__ void attention_one_pass_f32(float* out, float* q, u16* k, 
         const float* vh = v_new + (i64)kvh * hd;
         u16* ksr = ks + (i64)(p - first) * hd;
         u16* vsr = vs + (i64)(p - first) * hd;
-        for (int i = threadIdx.x; i < half; i += blockDim.x) {
-            const rope_pair rq = rope_rotate(qh, cs, i, half, neox, use_scale != 0, scale_q);
+        // hd <= 256 = ATTN_THREADS (the host checks hd / 8 <= 32): thread t rotates pair t < half
+        // and handles element t < hd. Every value read first, so that the three reads of the
+        // previous kernel's output are one round trip, not one after each store.
+        const int t = threadIdx.x;
+        const bool pair = t < half, elem = t < hd, tail = elem && t >= n_rot;
+        float vt = 0.0f, qt = 0.0f, kt = 0.0f;
+        if (elem) vt = vh[t];
+        if (tail) {
+            qt = qh[t];
+            kt = kh[t];
+        }
+        rope_pair rq, rk;
+        if (pair) {
+            rq = rope_rotate(qh, cs, t, half, neox, use_scale != 0, scale_q);
+            rk = rope_rotate(kh, cs, t, half, neox, false, 1.0f);
+        }
+        if (pair) {
             qh[rq.a] = rq.r0;
             qh[rq.b] = rq.r1;
             // attention_short's f16-rounded query, without reading qh back.
             smem[rq.a] = f16_to_f32(f32_to_f16(rq.r0));
             smem[rq.b] = f16_to_f32(f32_to_f16(rq.r1));
-            const rope_pair rk = rope_rotate(kh, cs, i, half, neox, false, 1.0f);
             const u16 a = f32_to_f16(rk.r0), b = f32_to_f16(rk.r1);
             ksr[rk.a] = a;
             ksr[rk.b] = b;
@@ -1039,17 +1053,17 @@ extern "C" __global__ void attention_one_pass_f32(float* out, float* q, u16* k, 
                 k_rot[(i64)kvh * hd + rk.b] = rk.r1;
             }
         }
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-            const u16 c = f32_to_f16(vh[d]);
-            vsr[d] = c;
-            if (leader) v[kv_index(table, p, kvh, d, n_kv_heads, hd)] = c;
-            if (d >= n_rot) {
-                smem[d] = f16_to_f32(f32_to_f16(qh[d]));
-                const u16 a = f32_to_f16(kh[d]);
-                ksr[d] = a;
+        if (elem) {
+            const u16 c = f32_to_f16(vt);
+            vsr[t] = c;
+            if (leader) v[kv_index(table, p, kvh, t, n_kv_heads, hd)] = c;
+            if (tail) {
+                smem[t] = f16_to_f32(f32_to_f16(qt));
+                const u16 a = f32_to_f16(kt);
+                ksr[t] = a;
                 if (leader) {
-                    k[kv_index(table, p, kvh, d, n_kv_heads, hd)] = a;
-                    k_rot[(i64)kvh * hd + d] = kh[d];
+                    k[kv_index(table, p, kvh, t, n_kv_heads, hd)] = a;
+                    k_rot[(i64)kvh * hd + t] = kt;
                 }
             }
         }

@@ -40,6 +40,13 @@ pub struct Compiled {
 fn options(arch: &str) -> Vec<String> {
     let mut o: Vec<String> = BASE_OPTIONS.iter().map(|s| s.to_string()).collect();
     o.push(format!("--gpu-architecture={arch}"));
+    // Developer switch for A/B runs: `SYNAPTIX_KERNEL_DEFINES="A=1 B=0"` compiles every kernel
+    // file with -DA=1 -DB=0 (part of the cache key like every option).
+    if let Ok(defs) = std::env::var("SYNAPTIX_KERNEL_DEFINES") {
+        for d in defs.split([' ', ',']).filter(|d| !d.is_empty()) {
+            o.push(format!("-D{d}"));
+        }
+    }
     o
 }
 
