@@ -180,12 +180,14 @@ __device__ __forceinline__ bool is_short(const DecodeRange& r, int short_max) {
 // halves, row t at t - first), copied there by attention_one_pass_f32; the same arithmetic.
 // q16_ready: smem[0, hd) already holds the f16-rounded query (and the block has synchronised
 // since it was written), so qh is not read. Returns, in thread t < hd, the output it wrote to
-// out_h[t] (0 in the other threads).
-template <bool STAGED>
+// out_h[t] (0 in the other threads). HD: the head dimension as a compile-time constant (the
+// index arithmetic then shifts instead of dividing), or 0 for hd_in's.
+template <bool STAGED, int HD = 0>
 __device__ float attention_short(float* out_h, const float* qh, const u16* k, const u16* v, const i32* table,
-                                 int kvh, int n_kv_heads, int hd, float scale, int first, int p, float* smem,
+                                 int kvh, int n_kv_heads, int hd_in, float scale, int first, int p, float* smem,
                                  double* red, const u16* ks = nullptr, const u16* vs = nullptr,
                                  bool q16_ready = false) {
+    const int hd = HD ? HD : hd_in;
     float* q16 = smem;
     const int base = first / 4 * 4;
     const int n = (p / 4 + 1) * 4 - base;  // the aligned groups of four holding [first, p]
@@ -974,15 +976,23 @@ __device__ __forceinline__ void attn_cp_async16(void* dst, const void* src) {
 // f16) in shared memory as the current row, and the first query head of each KV group stores
 // them in the cache and the rotated f32 key in `k_rot` (the tensor the host returns as the
 // rotated keys). Then no RoPE-and-store launch precedes this one.
-extern "C" __global__ void attention_one_pass_f32(float* out, float* q, u16* k, u16* v, const i32* table,
-                                                  const i32* pos, int n_heads, int n_kv_heads, int hd,
-                                                  int window, int capacity, int stage_rows, float scale, u8* acts,
-                                                  long long acts_meta, long long acts_bsums, int acts_format,
-                                                  u32* acts_tickets, const float* k_new, const float* v_new,
-                                                  float* k_rot, const float* cs, int n_rot, int neox,
-                                                  float scale_q, int use_scale) {
-    PDL_WAITS_INSIDE();
-    extern __shared__ __align__(16) float smem[];
+//
+// `attention_one_pass_hd64_f32` / `_hd128_f32`: the same kernel for one head dimension, known at
+// compile time (HD; the `hd` argument must equal it: the host checks). Taken only with
+// SYNAPTIX_ATTN_HD=1 until measured (docs/cuda.md, fifteenth pass).
+#define ATTN_ONE_PASS_PARAMS                                                                                     \
+    float *out, float *q, u16 *k, u16 *v, const i32 *table, const i32 *pos, int n_heads, int n_kv_heads,         \
+        int hd_in, int window, int capacity, int stage_rows, float scale, u8 *acts, long long acts_meta,         \
+        long long acts_bsums, int acts_format, u32 *acts_tickets, const float *k_new, const float *v_new,        \
+        float *k_rot, const float *cs, int n_rot, int neox, float scale_q, int use_scale
+#define ATTN_ONE_PASS_ARGS                                                                                       \
+    out, q, k, v, table, pos, n_heads, n_kv_heads, hd_in, window, capacity, stage_rows, scale, acts, acts_meta,  \
+        acts_bsums, acts_format, acts_tickets, k_new, v_new, k_rot, cs, n_rot, neox, scale_q, use_scale
+template <int HD>
+__device__ __forceinline__ void attention_one_pass(ATTN_ONE_PASS_PARAMS) {
+    const int hd = HD ? HD : hd_in;
+    extern __shared__ __align__(16) float one_pass_smem[];
+    float* const smem = one_pass_smem;
     __shared__ double red[8 * ATTN_THREADS];
     const int h = blockIdx.y, row = blockIdx.z;
     const i64 head = (i64)row * n_heads + h;
@@ -1073,7 +1083,7 @@ extern "C" __global__ void attention_one_pass_f32(float* out, float* q, u16* k, 
     asm volatile("cp.async.commit_group;" ::: "memory");
     asm volatile("cp.async.wait_group 0;" ::: "memory");
     __syncthreads();  // the staged rows, the current row and the rotated query are in place
-    const float o = attention_short<true>(out + head * hd, q + head * hd, k, v, table, kvh, n_kv_heads, hd, scale,
+    const float o = attention_short<true, HD>(out + head * hd, q + head * hd, k, v, table, kvh, n_kv_heads, hd, scale,
                                           first, p, smem, red, ks, vs, k_new != nullptr);
     if (acts_format == 1 || acts_format == 2) {
         // Q8_0 / Q8_1 blocks of 32 outputs: warp w < hd / 32 holds outputs 32w .. 32w + 31 in
@@ -1090,4 +1100,16 @@ extern "C" __global__ void attention_one_pass_f32(float* out, float* q, u16* k, 
         return;
     }
     quantize_head(out, acts, acts_meta, acts_bsums, acts_format, acts_tickets, head, hd);
+}
+extern "C" __global__ void attention_one_pass_f32(ATTN_ONE_PASS_PARAMS) {
+    PDL_WAITS_INSIDE();
+    attention_one_pass<0>(ATTN_ONE_PASS_ARGS);
+}
+extern "C" __global__ void attention_one_pass_hd64_f32(ATTN_ONE_PASS_PARAMS) {
+    PDL_WAITS_INSIDE();
+    attention_one_pass<64>(ATTN_ONE_PASS_ARGS);
+}
+extern "C" __global__ void attention_one_pass_hd128_f32(ATTN_ONE_PASS_PARAMS) {
+    PDL_WAITS_INSIDE();
+    attention_one_pass<128>(ATTN_ONE_PASS_ARGS);
 }

@@ -495,6 +495,19 @@ fn staged_attention() -> bool {
     !*DISABLED.get_or_init(|| std::env::var_os("SYNAPTIX_NO_STAGED_ATTN").is_some())
 }
 
+/// The one-pass decode kernel for a head dimension: with `SYNAPTIX_ATTN_HD=1`, the forms compiled
+/// for hd 64 and 128 (the head size a constant, so the index arithmetic has no divisions; same
+/// arithmetic otherwise); by default, and for other sizes, the general one.
+fn one_pass_kernel(head_dim: usize) -> &'static str {
+    static PER_HD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let per_hd = *PER_HD.get_or_init(|| std::env::var("SYNAPTIX_ATTN_HD").as_deref() == Ok("1"));
+    match (per_hd, head_dim) {
+        (true, 64) => "attention_one_pass_hd64_f32",
+        (true, 128) => "attention_one_pass_hd128_f32",
+        _ => "attention_one_pass_f32",
+    }
+}
+
 /// The longest attended range the decode path computes in one pass, one block per head
 /// (`attention_short` in kernels/attention.cu): `SYNAPTIX_ATTN_SHORT` positions (0: never),
 /// by default [`ATTN_SHORT`]. Longer ranges take the split kernels. A decode step whose
@@ -699,7 +712,7 @@ pub fn rope_store_attention(
             return Ok(false);
         }
     }
-    let f = dev.function("attention", "attention_one_pass_f32")?;
+    let f = dev.function("attention", one_pass_kernel(hd))?;
     let smem = one_pass_shared(hd, short_max().min(kv.capacity));
     if smem > ONE_PASS_MAX_SHARED || dev.max_shared_memory(&f)? < smem {
         return Ok(false);
@@ -996,7 +1009,7 @@ fn attention_decode(
     let acts_bsums = acts.as_ref().map_or(0, |a| a.bsums_offset as i64);
 
     if one_pass && staged_attention() {
-        let f = dev.function("attention", "attention_one_pass_f32")?;
+        let f = dev.function("attention", one_pass_kernel(hd))?;
         let stage_rows = short.min(kv.capacity);
         let smem = one_pass_shared(hd, stage_rows);
         // The kernel's static 16 KiB count against the default 48 KiB too: always opt in.
