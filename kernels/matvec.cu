@@ -1002,7 +1002,9 @@ __device__ void matvec_q8_tile(const mv_segs sg, const u8* __restrict__ acts, lo
 // checks). Grid as `matvec_q8_tile`. Taken with G = 8 (many rows) and G = 16 (two rows per
 // warp, for fewer rows): with G = 32 (one row per warp) it was slower than the register ring
 // (see ops.rs).
+#ifndef MVT_STAGES
 #define MVT_STAGES 4  // rounds of weights in a warp's shared ring
+#endif
 
 template <typename F, int G>
 __device__ void matvec_q8_tile_staged(const mv_segs sg, const u8* __restrict__ acts,
@@ -2098,12 +2100,26 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
         if (lc % per_row == 0) part_start = lc;
         mvb_wait(bars + 8u * slot, (u32)(c / stages) & 1u);
         const uint4* words = (const uint4*)(ring + slot * chunk);
+#if defined(MVB_F32_ACC) && MVB_F32_ACC
+        // Experiment: f32 fused multiply-adds, eight sums a lane per chunk, added into the f64
+        // sums at the chunk's end (not the CPU's order or rounding).
+        float fa[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll 2
+        for (int wi = lane; wi < bytes / 16; wi += WARP) {
+            const uint4 wv = words[wi], xv = x16[off / 16 + wi];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) fa[e] = __fmaf_rn(mv_weight_in<T>(wv, e), mv_weight_in<T>(xv, e), fa[e]);
+        }
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[e % 4] += (double)fa[e];
+#else
 #pragma unroll 2
         for (int wi = lane; wi < bytes / 16; wi += WARP) {
             const uint4 wv = words[wi], xv = x16[off / 16 + wi];
 #pragma unroll
             for (int e = 0; e < 8; ++e) acc[e % 4] += (double)__fmul_rn(mv_weight_in<T>(wv, e), mv_weight_in<T>(xv, e));
         }
+#endif
         __syncwarp();
         if (lane == 0 && c + stages < n_chunks) {
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our reads, then the copy's writes

@@ -2144,6 +2144,15 @@ fn q8s_shape() -> Q8sShape {
     })
 }
 
+/// Whether `matvec_q8s_bulk` launches whose every warp's rows fit in its ring take a ring of
+/// whole rows that deep (`SYNAPTIX_Q8S_WHOLE=0`: never), so that the whole matrix is requested
+/// before the PDL wait. The H200 ran 1.5B Q8_0's down projection (1536×8960: one row of 9,792
+/// bytes a warp, two copies of 4,352 in the default ring) faster that way: tg128 730 → 743.
+fn q8s_whole() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("SYNAPTIX_Q8S_WHOLE").as_deref() != Ok("0"))
+}
+
 /// One activation row against Q8_0 weights (and up to two more Q8_0 matrices of the same row
 /// length, `more`) through `matvec_q8s_bulk`, from the matrices' split copies: the CPU's bits,
 /// as the other Q8_0 kernels. Returns false, launching nothing, where a matrix has no split
@@ -2171,22 +2180,46 @@ fn matvec_q8s(
     {
         return Ok(false);
     }
+    let shape = q8s_shape();
+    let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
+    // Term slots as kernels/matvec.cu sizes them (groups taken in pairs).
+    let shared_of = |s: Q8sShape| {
+        s.warps * s.stages * s.groups * Q8S_GROUP_BYTES
+            + k
+            + (k / 32 * 4).next_multiple_of(16)
+            + s.warps * s.stages * 8
+            + s.warps * s.groups.next_multiple_of(2) * Q8S_GROUP_BLOCKS * 4
+    };
+    let f = dev.function("matvec", "matvec_q8s_bulk")?;
+    let max_shared = dev.max_shared_memory(&f)?;
+    let blocks_of = |s: Q8sShape| rows.min(sm_count(dev) * (16 / s.warps).max(1));
+    // A ring of whole rows deep enough for every row of the warp where shared memory allows
+    // (`q8s_whole`), the configured ring otherwise.
+    let whole = q8s_whole().then(|| {
+        let blocks = blocks_of(shape);
+        let rows_per_warp = rows.div_ceil(blocks).div_ceil(shape.warps);
+        Q8sShape {
+            stages: rows_per_warp.max(1),
+            groups: (k / 32).div_ceil(Q8S_GROUP_BLOCKS),
+            warps: shape.warps,
+        }
+    });
     let Q8sShape {
         stages,
         groups,
         warps,
-    } = q8s_shape();
+    } = match whole {
+        Some(s) if shared_of(s) <= max_shared => s,
+        _ => shape,
+    };
     let chunk = groups * Q8S_GROUP_BYTES;
-    let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
-    let blocks = rows.min(sm_count(dev) * (16 / warps).max(1));
-    // Term slots as kernels/matvec.cu sizes them (groups taken in pairs).
-    let shared = warps * stages * chunk
-        + k
-        + (k / 32 * 4).next_multiple_of(16)
-        + warps * stages * 8
-        + warps * groups.next_multiple_of(2) * Q8S_GROUP_BLOCKS * 4;
-    let f = dev.function("matvec", "matvec_q8s_bulk")?;
-    if shared > dev.max_shared_memory(&f)? {
+    let blocks = blocks_of(shape);
+    let shared = shared_of(Q8sShape {
+        stages,
+        groups,
+        warps,
+    });
+    if shared > max_shared {
         return Ok(false);
     }
     let (r32, c32) = (
