@@ -2027,7 +2027,7 @@ template <int T>
 __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k,
                             const float* __restrict__ residual, int stages, int chunk, int pro,
                             const float* __restrict__ x2, const float* __restrict__ nw, float eps,
-                            const u16* __restrict__ table, int balance) {
+                            const u16* __restrict__ table, int balance, int f32_sums) {
     extern __shared__ uint4 mvb_smem[];
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, n_warps = blockDim.x / WARP;
     const int row_bytes = k * 2;
@@ -2100,26 +2100,28 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
         if (lc % per_row == 0) part_start = lc;
         mvb_wait(bars + 8u * slot, (u32)(c / stages) & 1u);
         const uint4* words = (const uint4*)(ring + slot * chunk);
-#if defined(MVB_F32_ACC) && MVB_F32_ACC
-        // Experiment: f32 fused multiply-adds, eight sums a lane per chunk, added into the f64
-        // sums at the chunk's end (not the CPU's order or rounding).
-        float fa[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (f32_sums) {
+            // f32 fused multiply-adds, eight sums a lane per chunk, each then added to the f64
+            // sums (`SYNAPTIX_BULK_SUMS=f32`: fewer instructions per product, not the CPU's bits).
+            float fa[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 #pragma unroll 2
-        for (int wi = lane; wi < bytes / 16; wi += WARP) {
-            const uint4 wv = words[wi], xv = x16[off / 16 + wi];
+            for (int wi = lane; wi < bytes / 16; wi += WARP) {
+                const uint4 wv = words[wi], xv = x16[off / 16 + wi];
 #pragma unroll
-            for (int e = 0; e < 8; ++e) fa[e] = __fmaf_rn(mv_weight_in<T>(wv, e), mv_weight_in<T>(xv, e), fa[e]);
-        }
+                for (int e = 0; e < 8; ++e) fa[e] = __fmaf_rn(mv_weight_in<T>(wv, e), mv_weight_in<T>(xv, e), fa[e]);
+            }
 #pragma unroll
-        for (int e = 0; e < 8; ++e) acc[e % 4] += (double)fa[e];
-#else
+            for (int e = 0; e < 8; ++e) acc[e % 4] += (double)fa[e];
+        } else {
+            // Every product (exact in f32) added in f64, as the CPU adds them (the default): the
+            // tests' outputs are the CPU's bits.
 #pragma unroll 2
-        for (int wi = lane; wi < bytes / 16; wi += WARP) {
-            const uint4 wv = words[wi], xv = x16[off / 16 + wi];
+            for (int wi = lane; wi < bytes / 16; wi += WARP) {
+                const uint4 wv = words[wi], xv = x16[off / 16 + wi];
 #pragma unroll
-            for (int e = 0; e < 8; ++e) acc[e % 4] += (double)__fmul_rn(mv_weight_in<T>(wv, e), mv_weight_in<T>(xv, e));
+                for (int e = 0; e < 8; ++e) acc[e % 4] += (double)__fmul_rn(mv_weight_in<T>(wv, e), mv_weight_in<T>(xv, e));
+            }
         }
-#endif
         __syncwarp();
         if (lane == 0 && c + stages < n_chunks) {
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our reads, then the copy's writes
@@ -2160,14 +2162,14 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
         matvec_bulk_##name(float* y, const u8* w, const float* x, int n_out, int k, int stages,  \
                            int chunk, const float* bias, const float* residual, MV_SEG_PARAMS,   \
                            int pro, const float* x2, const float* nw, float eps,                 \
-                           const u16* table, int balance) {                                      \
+                           const u16* table, int balance, int f32_sums) {                        \
         PDL_WAITS_INSIDE();                                                                      \
         MVB_BODY(t)                                                                              \
     }
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
 #define MVB_BODY(t)                                                                              \
     matvec_bulk<t>(MV_SEGS(y, w, bias, n_out), x, k, residual, stages, chunk, pro, x2, nw, eps,  \
-                   table, balance);
+                   table, balance, f32_sums);
 #else
 #define MVB_BODY(t) PDL_WAIT(); // sm_80: never launched (the host takes matvec_float1)
 #endif

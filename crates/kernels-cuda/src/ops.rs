@@ -1837,6 +1837,17 @@ fn bulk_shape() -> Option<BulkShape> {
     })
 }
 
+/// Whether `matvec_bulk_*` sums its products in f32 (eight chains a lane per copy, each then
+/// added in f64): `SYNAPTIX_BULK_SUMS=f32`. By default every product (exact in f32) is added in
+/// f64, as the CPU adds them: the CPU's bits. On the H200 the f32 sums ran 7B F16 tg128 224.9 /
+/// 224.4 → 229.9 / 230.3 in one machine session and 224.5 → 226.7 in another (1.5B F16 581.3 →
+/// 591.3), but they change the decode logits (NMSE ~5e-7 at 0.5B and 1.5B F16) and so, under
+/// sampling, the picks: not the default.
+pub fn bulk_f32_sums() -> bool {
+    static F32: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *F32.get_or_init(|| std::env::var("SYNAPTIX_BULK_SUMS").as_deref() == Ok("f32"))
+}
+
 /// Whether a bulk-kernel block whose rows hold `block_chunks` copies splits them evenly between
 /// its `warps` warps in order (each warp streams one contiguous run; a row may span warps, its
 /// parts added in order at the block's end) instead of dealing whole rows to the warps in turn.
@@ -1977,7 +1988,8 @@ fn matvec_bulk(
         .arg(norm)
         .arg(eps)
         .arg(table)
-        .arg(balance as i32);
+        .arg(balance as i32)
+        .arg(bulk_f32_sums() as i32);
     // SAFETY: each block copies whole rows (in pieces of 16-byte multiples: k % 8 == 0) of the
     // launch's matrices into its own shared memory, which `shared` covers (the ring, the row of
     // x rounded to 16 bits, the barriers); it reads k values of x (and of the up projection and
