@@ -450,7 +450,10 @@ fn assert_matvec_bit_exact(
                 let abs_x: Vec<f32> = x.iter().map(|v| v.abs()).collect();
                 let scale = cpu_matmul(dtype, &abs_w, rows, cols, &abs_x, m);
                 let bad: Vec<usize> = (0..rows)
-                    .filter(|&r| !((got[r] - want[r]).abs() <= 1e-5 * scale[r]))
+                    .filter(|&r| {
+                        let err = (got[r] - want[r]).abs();
+                        err.is_nan() || err > 1e-5 * scale[r]
+                    })
                     .collect();
                 assert!(
                     bad.is_empty(),
