@@ -2021,7 +2021,7 @@ MATVEC_FLOAT1(bf16, 2)
 // Dynamic shared memory: the ring (warps × stages × chunk bytes), then x rounded to the weights'
 // type (k halves), then warps × stages mbarriers, then (with `balance`) a double per chunk of
 // the block's rows.
-#define MVB_MAX_WARPS 16  // warps per block: the host picks up to this many
+#define MVB_MAX_WARPS 32  // warps per block: the host picks up to this many
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
 template <int T>
 __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k,
@@ -2158,7 +2158,7 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
 #endif
 
 #define MATVEC_BULK(name, t)                                                                     \
-    extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 2)                        \
+    extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 1)                        \
         matvec_bulk_##name(float* y, const u8* w, const float* x, int n_out, int k, int stages,  \
                            int chunk, const float* bias, const float* residual, MV_SEG_PARAMS,   \
                            int pro, const float* x2, const float* nw, float eps,                 \
@@ -2367,7 +2367,7 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
 }
 #endif
 
-extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 2)
+extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 1)
     matvec_q8s_bulk(float* y, const u8* w, const u8* acts, long long meta, int n_out, int k, int stages,
                     int chunk, const float* bias, const float* residual, MV_SEG_PARAMS,
                     const float* x, const float* nw, float eps) {

@@ -498,7 +498,9 @@ fn q8s_wanted(rows: usize, cols: usize) -> bool {
         Rule::Off => false,
         Rule::Bounds(values, min_cols) => rows * cols >= values && cols >= min_cols,
         Rule::Default => {
-            (rows * cols >= Q8S_MIN_VALUES && cols >= Q8S_MIN_COLS) || cols >= Q8S_LONG_COLS
+            (rows * cols >= Q8S_MIN_VALUES && cols >= Q8S_MIN_COLS)
+                || cols >= Q8S_LONG_COLS
+                || (rows * cols >= Q8S_TALL_VALUES && cols >= Q8S_TALL_COLS && rows >= 2 * cols)
         }
     }
 }
@@ -508,9 +510,15 @@ fn q8s_wanted(rows: usize, cols: usize) -> bool {
 /// 3,681 → 4,054, 3584×18944 2,463 → 3,240 and 1536×8960 1,535 → 1,738, but 3584×3584
 /// 2,213 → 1,687, 17920×1536 2,575 → 2,001 and 151936×1536 3,438 → 2,654; 4608×3584 even
 /// (1,777 → 1,801). 7B Q8_0 tg128 with Q/K/V and O split too: 297.6-300.8 against 304.3-304.6.
+/// Since the ring of 32 warps (`q8s_shape`), also tall matrices of rows of 1536 or more: 1.5B's
+/// gate/up (8960×1536) and head (151936×1536) took 1.5B Q8_0 tg128 742.4 / 742.6 → 769.9 /
+/// 769.6 (every Q8_0 matrix split: 769.6 / 769.9; at 7B that also splits Q/K/V and O: 339.9 →
+/// 332.9, and at 0.5B, rows of 896, 1,282.5 → 1,212.9).
 const Q8S_MIN_VALUES: usize = 32 << 20;
 const Q8S_MIN_COLS: usize = 3072;
 const Q8S_LONG_COLS: usize = 8192;
+const Q8S_TALL_VALUES: usize = 10 << 20;
+const Q8S_TALL_COLS: usize = 1536;
 
 /// The split copy of a Q8_0 matrix for `matvec_q8s_bulk` (see [`DeviceMatrix::split`]), made
 /// on the GPU from the uploaded blocks, where the kernel applies (Q8_0, sm_90+, bulk kernels not
@@ -1823,7 +1831,7 @@ fn bulk_shape() -> Option<BulkShape> {
                 [stages, chunk, ref rest @ ..]
                     if stages >= 1 && chunk >= 512 && chunk % 512 == 0 =>
                 {
-                    let warps = rest.first().copied().unwrap_or(DEFAULT.warps).clamp(1, 16);
+                    let warps = rest.first().copied().unwrap_or(DEFAULT.warps).clamp(1, 32);
                     Some(BulkShape {
                         stages,
                         chunk,
@@ -1929,12 +1937,24 @@ fn matvec_bulk(
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
     // Up to 16 warps per SM: two blocks of 8 where shared memory allows.
     let blocks = rows.min(sm_count(dev) * (16 / warps).max(1));
-    let shared = warps * stages * chunk + k * 2 + warps * stages * 8;
     let f = dev.function(
         "matvec",
         &format!("matvec_bulk_{}", suffix("matvec", w.dtype)?),
     )?;
     let max_shared = dev.max_shared_memory(&f)?;
+    // The ring, x rounded to 16 bits, the barriers. A ring too large for this row length's x
+    // gives up stages, then halves its copies.
+    let shared_of =
+        |stages: usize, chunk: usize| warps * stages * chunk + k * 2 + warps * stages * 8;
+    let (mut stages, mut chunk) = (stages, chunk);
+    while shared_of(stages, chunk) > max_shared && (stages > 1 || chunk >= 1024) {
+        if stages > 1 {
+            stages -= 1;
+        } else {
+            chunk /= 2;
+        }
+    }
+    let shared = shared_of(stages, chunk);
     if shared > max_shared {
         return Ok(false);
     }
@@ -2127,7 +2147,11 @@ pub fn rms_norm_matvec_q8s_many(
 }
 
 /// The ring of `matvec_q8s_bulk`: `stages` copies of `groups` × 544 bytes in flight per warp,
-/// `warps` warps per block. `SYNAPTIX_Q8S=S,G[,W]` sets them (sweeps).
+/// `warps` warps per block. `SYNAPTIX_Q8S=S,G[,W]` sets them (sweeps). By default one copy of
+/// four groups for each of 32 warps (a 70 KB ring): on the H200, 7B Q8_0 tg128 (gate/up, down
+/// and the head on this kernel) 328.7 / 328.4 → 340.4 against two copies of eight groups for 16
+/// warps (139 KB); fewer warps with the small copies lost (two copies of four groups for 16
+/// warps 298.2, eight or twelve groups for 24 warps 313-315).
 #[derive(Debug, Clone, Copy)]
 struct Q8sShape {
     stages: usize,
@@ -2138,9 +2162,9 @@ struct Q8sShape {
 fn q8s_shape() -> Q8sShape {
     static SHAPE: std::sync::OnceLock<Q8sShape> = std::sync::OnceLock::new();
     const DEFAULT: Q8sShape = Q8sShape {
-        stages: 2,
-        groups: 8,
-        warps: 16,
+        stages: 1,
+        groups: 4,
+        warps: 32,
     };
     *SHAPE.get_or_init(|| {
         let v = std::env::var("SYNAPTIX_Q8S").unwrap_or_default();
@@ -2149,12 +2173,15 @@ fn q8s_shape() -> Q8sShape {
             [stages, groups, ref rest @ ..] if stages >= 1 && groups >= 1 => Q8sShape {
                 stages,
                 groups,
-                warps: rest.first().copied().unwrap_or(DEFAULT.warps).clamp(1, 16),
+                warps: rest.first().copied().unwrap_or(DEFAULT.warps).clamp(1, 32),
             },
             _ => DEFAULT,
         }
     })
 }
+
+/// Warps per block of a ring of whole rows (`q8s_whole`).
+const Q8S_WHOLE_WARPS: usize = 16;
 
 /// Whether `matvec_q8s_bulk` launches whose every warp's rows fit in its ring take a ring of
 /// whole rows that deep (`SYNAPTIX_Q8S_WHOLE=0`: never), so that the whole matrix is requested
@@ -2208,12 +2235,13 @@ fn matvec_q8s(
     // A ring of whole rows deep enough for every row of the warp where shared memory allows
     // (`q8s_whole`), the configured ring otherwise.
     let whole = q8s_whole().then(|| {
+        let warps = Q8S_WHOLE_WARPS.min(shape.warps);
         let blocks = blocks_of(shape);
-        let rows_per_warp = rows.div_ceil(blocks).div_ceil(shape.warps);
+        let rows_per_warp = rows.div_ceil(blocks).div_ceil(warps);
         Q8sShape {
             stages: rows_per_warp.max(1),
             groups: (k / 32).div_ceil(Q8S_GROUP_BLOCKS),
-            warps: shape.warps,
+            warps,
         }
     });
     let Q8sShape {
@@ -2222,7 +2250,18 @@ fn matvec_q8s(
         warps,
     } = match whole {
         Some(s) if shared_of(s) <= max_shared => s,
-        _ => shape,
+        _ => {
+            // A ring too large for this row length gives up stages, then groups.
+            let mut s = shape;
+            while shared_of(s) > max_shared && (s.stages > 1 || s.groups > 1) {
+                if s.stages > 1 {
+                    s.stages -= 1;
+                } else {
+                    s.groups = s.groups.div_ceil(2);
+                }
+            }
+            s
+        }
     };
     let chunk = groups * Q8S_GROUP_BYTES;
     let blocks = blocks_of(shape);
