@@ -2205,6 +2205,11 @@ MATVEC_BULK(bf16, 2)
 // terms per warp (chunk / 544 rounded up to even, × 16).
 #define Q8S_GROUP_BLOCKS 16
 #define Q8S_GROUP_BYTES 544
+// 1: each pair of groups' terms added by every lane from registers by shuffles instead of by
+// lane 0 from shared memory (an experiment for `SYNAPTIX_KERNEL_DEFINES`; same bits).
+#ifndef Q8S_SHFL_CHAIN
+#define Q8S_SHFL_CHAIN 0
+#endif
 __device__ __forceinline__ int q8s_row_bytes(int k) {
     const int nb = k / 32, r = nb % Q8S_GROUP_BLOCKS;
     return nb / Q8S_GROUP_BLOCKS * Q8S_GROUP_BYTES + (r ? 32 * r + ((2 * r + 15) & ~15) : 0);
@@ -2338,7 +2343,15 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
             s1 = mv_dp4a(w1.w, a1.w, s1);
             const float dw = f16_to_f32(load_u16(grp + 32 * vn + 2 * vb));
             const float t = __fmul_rn((float)(s0 + s1), __fmul_rn(dw, ad[(g_first + vj) * Q8S_GROUP_BLOCKS + vb]));
+#if Q8S_SHFL_CHAIN
+            // Every lane adds the pair's 32 terms in block order (lane order) from the others'
+            // registers: no terms in shared memory, no branch for lane 0 (same sum, same bits).
+            const float tv = valid ? t : 0.0f;
+#pragma unroll
+            for (int i = 0; i < WARP; ++i) acc = __fadd_rn(acc, __shfl_sync(0xffffffffu, tv, i));
+#else
             my_terms[j * Q8S_GROUP_BLOCKS + lane] = valid ? t : 0.0f;
+#endif
         }
         const int n_terms = n_groups * Q8S_GROUP_BLOCKS;
         __syncwarp();
@@ -2346,7 +2359,7 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our reads, then the copy's writes
             issue_next(c + stages);
         }
-        if (lane == 0) {
+        if (!Q8S_SHFL_CHAIN && lane == 0) {
             const float4* t4 = (const float4*)my_terms;
 #pragma unroll 4
             for (int i = 0; i < n_terms / 4; ++i) {
@@ -2358,7 +2371,7 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
             const int grow = r0 + row, sgi = sg.seg(grow), lr = grow - sg.first(sgi);
             sg.y(sgi)[lr] = mv_epilogue(acc, sg.bias(sgi), residual, lr, lr);
         }
-        __syncwarp();  // lane 0 has read the terms before they are rewritten
+        if (!Q8S_SHFL_CHAIN) __syncwarp();  // lane 0 has read the terms before they are rewritten
         if (++in_row == per_row) {
             in_row = 0;
             row += n_warps;
