@@ -20,6 +20,15 @@ fn grid_for(n: usize) -> u32 {
     n.div_ceil(THREADS as usize) as u32
 }
 
+/// A launch of one thread per element for `n` elements (THREADS a block), `rows` deep.
+fn flat_config(n: usize, rows: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (grid_for(n), rows, 1),
+        block_dim: (THREADS, 1, 1),
+        shared_mem_bytes: 0,
+    }
+}
+
 pub(crate) fn i32_arg(op: &'static str, what: &str, v: usize) -> Result<i32> {
     i32::try_from(v).map_err(|_| CudaError::Invalid {
         op,
@@ -82,13 +91,7 @@ pub fn add(
     let mut l = Launch::new(dev, &f);
     l.arg(out).arg(a).arg(b).arg(n32);
     // SAFETY: the kernel reads and writes `n` elements of buffers that hold `n`.
-    unsafe {
-        l.launch(LaunchConfig {
-            grid_dim: (grid_for(n), 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        })
-    }?;
+    unsafe { l.launch(flat_config(n, 1)) }?;
     Ok(())
 }
 
@@ -100,13 +103,7 @@ pub fn scale(dev: &CudaDevice, x: &mut DeviceBuffer<f32>, s: f32) -> Result<()> 
     let mut l = Launch::new(dev, &f);
     l.arg(x).arg(s).arg(n32);
     // SAFETY: `n` elements of a buffer of `n`.
-    unsafe {
-        l.launch(LaunchConfig {
-            grid_dim: (grid_for(n), 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        })
-    }?;
+    unsafe { l.launch(flat_config(n, 1)) }?;
     Ok(())
 }
 
@@ -128,13 +125,7 @@ pub fn add_bias(
     let mut l = Launch::new(dev, &f);
     l.arg(x).arg(bias).arg(rows).arg(c32);
     // SAFETY: `rows * cols` elements of `x`, `cols` of `bias`.
-    unsafe {
-        l.launch(LaunchConfig {
-            grid_dim: (grid_for(n), 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        })
-    }?;
+    unsafe { l.launch(flat_config(n, 1)) }?;
     Ok(())
 }
 
@@ -146,13 +137,7 @@ pub fn softcap(dev: &CudaDevice, x: &mut DeviceBuffer<f32>, cap: f32) -> Result<
     let mut l = Launch::new(dev, &f);
     l.arg(x).arg(cap).arg(n32);
     // SAFETY: `n` elements of a buffer of `n`.
-    unsafe {
-        l.launch(LaunchConfig {
-            grid_dim: (grid_for(n), 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        })
-    }?;
+    unsafe { l.launch(flat_config(n, 1)) }?;
     Ok(())
 }
 
@@ -209,13 +194,7 @@ pub fn glu(
     let per_thread = if kind == Glu::Silu { 4 } else { 1 };
     // SAFETY: `n` elements each (16-byte accesses only where four lie inside; cudarc's
     // allocations are 256-byte aligned).
-    unsafe {
-        l.launch(LaunchConfig {
-            grid_dim: (grid_for(n.div_ceil(per_thread)), 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        })
-    }?;
+    unsafe { l.launch(flat_config(n.div_ceil(per_thread), 1)) }?;
     Ok(())
 }
 
@@ -311,13 +290,7 @@ pub fn rope(
     let mut l = Launch::new(dev, &f);
     l.arg(x).arg(cos_sin).arg(nh).arg(hd).arg(nr).arg(neox);
     // SAFETY: one thread per (head, pair) of each row, all inside `x` and the table.
-    unsafe {
-        l.launch(LaunchConfig {
-            grid_dim: (grid_for(p.n_heads * half), rows as u32, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        })
-    }?;
+    unsafe { l.launch(flat_config(p.n_heads * half, rows as u32)) }?;
     Ok(())
 }
 
@@ -381,13 +354,7 @@ pub fn rope_qk(
         .arg(use_scale);
     // SAFETY: one thread per (head, pair) of the query then key heads of each row, inside `q`,
     // `k` and the table (checked above).
-    unsafe {
-        l.launch(LaunchConfig {
-            grid_dim: (grid_for((p.n_heads + n_kv_heads) * half), rows as u32, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        })
-    }?;
+    unsafe { l.launch(flat_config((p.n_heads + n_kv_heads) * half, rows as u32)) }?;
     Ok(())
 }
 
@@ -554,13 +521,7 @@ fn q8_split(
     l.arg(&split).arg(data).arg(r32).arg(c32);
     // SAFETY: one thread per stored block (rows × cols / 32 of them, inside `data`), each writing
     // its 32 quants and its scale inside its row of the split copy (`q8s_row_bytes` per row).
-    unsafe {
-        l.launch(LaunchConfig {
-            grid_dim: (grid_for(blocks), 1, 1),
-            block_dim: (THREADS, 1, 1),
-            shared_mem_bytes: 0,
-        })
-    }?;
+    unsafe { l.launch(flat_config(blocks, 1)) }?;
     Ok(Some(split))
 }
 
