@@ -1896,7 +1896,7 @@ fn matvec_bulk(
     }
     let k = w.cols;
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
-    // Up to 16 warps per SM: two blocks of 8 where shared memory allows.
+    // A block per SM (two of 8 warps or fewer, where shared memory allows).
     let blocks = rows.min(sm_count(dev) * (16 / warps).max(1));
     let f = dev.function(
         "matvec",
@@ -2110,9 +2110,10 @@ pub fn rms_norm_matvec_q8s_many(
 /// The ring of `matvec_q8s_bulk`: `stages` copies of `groups` × 544 bytes in flight per warp,
 /// `warps` warps per block. `SYNAPTIX_Q8S=S,G[,W]` sets them (sweeps). By default one copy of
 /// four groups for each of 32 warps (a 70 KB ring): on the H200, 7B Q8_0 tg128 (gate/up, down
-/// and the head on this kernel) 328.7 / 328.4 → 340.4 against two copies of eight groups for 16
-/// warps (139 KB); fewer warps with the small copies lost (two copies of four groups for 16
-/// warps 298.2, eight or twelve groups for 24 warps 313-315).
+/// and the head on this kernel) 335.0 / 335.1 → 339.9 / 339.8 (328.7 / 328.4 → 340.4 in another
+/// machine session) against two copies of eight groups for 16 warps (139 KB); fewer warps with
+/// the small copies lost (two copies of four groups for 16 warps 298.2, eight or twelve groups
+/// for 24 warps 313-315).
 #[derive(Debug, Clone, Copy)]
 struct Q8sShape {
     stages: usize,
