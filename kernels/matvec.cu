@@ -2019,8 +2019,8 @@ MATVEC_FLOAT1(bf16, 2)
 // lane, then across the warp: exact sums of exact products, so the same bits (see above).
 //
 // Dynamic shared memory: the ring (warps × stages × chunk bytes), then x rounded to the weights'
-// type (k halves), then warps × stages mbarriers, then (with `balance`) a double per chunk of
-// the block's rows.
+// type (k halves; with MVB_X32, as f32: `mvb_x_bytes`), then warps × stages mbarriers, then
+// (with `balance`) a double per chunk of the block's rows.
 #define MVB_MAX_WARPS 32  // warps per block: the host picks up to this many
 // 1: x held in shared memory as f32 (4 bytes a value, whole runs of 256) instead of as 16-bit
 // values, so the f64 products need no widening of x each (an experiment for
