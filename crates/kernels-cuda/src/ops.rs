@@ -1817,11 +1817,14 @@ pub fn bulk_f32_sums() -> bool {
     *F32.get_or_init(|| std::env::var("SYNAPTIX_BULK_SUMS").as_deref() == Ok("f32"))
 }
 
-/// Whether the bulk kernels were compiled with MVB_X32=1 (`SYNAPTIX_KERNEL_DEFINES`): x held as
-/// f32 in shared memory (kernels/matvec.cu).
+/// Whether the bulk kernels were compiled with MVB_X32 set to anything but 0
+/// (`SYNAPTIX_KERNEL_DEFINES`; the kernel's `#if` takes any nonzero value): x held as f32 in
+/// shared memory (kernels/matvec.cu).
 fn bulk_x32() -> bool {
     static X32: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *X32.get_or_init(|| crate::compile::kernel_define("MVB_X32").as_deref() == Some("1"))
+    *X32.get_or_init(|| {
+        crate::compile::kernel_define("MVB_X32").is_some_and(|v| v.trim_start_matches('0') != "")
+    })
 }
 
 /// Whether a bulk-kernel block whose rows hold `block_chunks` copies splits them evenly between
