@@ -1823,7 +1823,8 @@ pub fn bulk_f32_sums() -> bool {
 fn bulk_x32() -> bool {
     static X32: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *X32.get_or_init(|| {
-        crate::compile::kernel_define("MVB_X32").is_some_and(|v| v.trim_start_matches('0') != "")
+        crate::compile::kernel_define("MVB_X32")
+            .is_some_and(|v| !v.trim_start_matches('0').is_empty())
     })
 }
 
