@@ -2084,6 +2084,121 @@ pub fn glu_matvec(
     matvec_bulk(dev, y, w, gate, epi, &mut [], pro)
 }
 
+/// `parts[i].y = rms_norm(x, norm, eps) · W_iᵀ (+ bias_i)` for one row of at most 1024 values
+/// against legacy-format matrices (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) through
+/// `matvec_q8_short_norm_*`, whose warps normalise and quantize the row themselves (each lane
+/// its own 32-value block): bit for bit `fused::rms_norm_quantized` then [`matvec_many`] on the
+/// short kernel, with no norm launch. Runs of up to three parts of one format share a launch.
+/// Ok(false), launching nothing, where it does not apply (other formats, longer rows, matrices
+/// with split copies, `SYNAPTIX_NORM_IN_SHORT=0`).
+pub fn rms_norm_matvec_short_many(
+    dev: &CudaDevice,
+    parts: &mut [MatvecPart],
+    x: &DeviceBuffer<f32>,
+    norm: &DeviceBuffer<f32>,
+    eps: f32,
+) -> Result<bool> {
+    let Some(first) = parts.first() else {
+        return Ok(false);
+    };
+    let cols = first.w.cols;
+    let applies = norm_in_short()
+        && cols > 0
+        && cols <= 1024
+        && cols.is_multiple_of(32)
+        && x.len() == cols
+        && norm.len() == cols
+        && parts.iter().all(|p| {
+            p.w.cols == cols && p.w.split.is_none() && short_norm_suffix(p.w.dtype).is_some()
+        });
+    if !applies {
+        return Ok(false);
+    }
+    for p in parts.iter() {
+        check_matvec(p.w, p.y.len(), 1)?;
+        Epilogue {
+            bias: p.bias,
+            residual: None,
+        }
+        .check(p.w.rows, p.y.len())?;
+    }
+    let eps_arg = eps;
+    let mut at = 0;
+    while at < parts.len() {
+        let dtype = parts[at].w.dtype;
+        let mut end = at + 1;
+        if !many_disabled() {
+            while end < parts.len() && end - at < 3 && parts[end].w.dtype == dtype {
+                end += 1;
+            }
+        }
+        let (first, rest) = parts[at..end]
+            .split_first_mut()
+            .expect("a non-empty run");
+        let name = short_norm_suffix(dtype).expect("checked above");
+        let f = dev.function("matvec", &format!("matvec_q8_short_norm_{name}"))?;
+        let rows = first.w.rows + rest.iter().map(|p| p.w.rows).sum::<usize>();
+        // A block per SM where that leaves each warp at most SHORT_NORM_ROWS rows (their
+        // weights requested before the PDL wait), more blocks otherwise.
+        let per_block = rows
+            .div_ceil(sm_count(dev))
+            .clamp(1, MV_WARPS * SHORT_NORM_ROWS);
+        let (r32, c32, p32) = (
+            i32_arg("matvec", "rows", rows)?,
+            i32_arg("matvec", "cols", cols)?,
+            i32_arg("matvec", "rows per block", per_block)?,
+        );
+        let mut l = Launch::new(dev, &f);
+        l.arg(&mut *first.y)
+            .arg(&first.w.data)
+            .arg(x)
+            .arg(norm)
+            .arg(eps_arg)
+            .arg(r32)
+            .arg(c32)
+            .arg(p32)
+            .arg(first.bias);
+        segment_args(&mut l, first.w.rows, rest)?;
+        // SAFETY: block i takes rows [i·per_block, (i + 1)·per_block) of the launch's
+        // matrices, at most MV_WARPS · SN_ROWS (the kernel's limit); thread t < cols / 4 <= 256
+        // reads float4 t of x and of the norm weights (both `cols` long, checked); lane b <
+        // cols / 32 <= 32 reads block b of its rows (word reads may pass the last block by less
+        // than WEIGHT_PAD); each warp writes y[row] of its matrix for its rows only.
+        unsafe {
+            l.launch(LaunchConfig {
+                grid_dim: (rows.div_ceil(per_block) as u32, 1, 1),
+                block_dim: ((MV_WARPS * 32) as u32, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }?;
+        at = end;
+    }
+    Ok(true)
+}
+
+/// Rows per warp of `matvec_q8_short_norm_*` whose weights are requested before its PDL wait
+/// (SN_ROWS in kernels/matvec.cu): the most rows a warp gets.
+const SHORT_NORM_ROWS: usize = 4;
+
+/// The kernel name suffix of `matvec_q8_short_norm_*` for `dtype` (legacy formats only).
+fn short_norm_suffix(dtype: DType) -> Option<&'static str> {
+    match dtype {
+        DType::Q4_0 => Some("q4_0"),
+        DType::Q4_1 => Some("q4_1"),
+        DType::Q5_0 => Some("q5_0"),
+        DType::Q5_1 => Some("q5_1"),
+        DType::Q8_0 => Some("q8_0"),
+        _ => None,
+    }
+}
+
+/// Whether [`rms_norm_matvec_short_many`] takes its rows (`SYNAPTIX_NORM_IN_SHORT=0`: never, for
+/// comparisons).
+fn norm_in_short() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("SYNAPTIX_NORM_IN_SHORT").as_deref() != Ok("0"))
+}
+
 /// Where `matvec_q8s_bulk` takes its activation row from: quantized already, or the raw row
 /// that each block normalises (RMSNorm) and quantizes itself.
 #[derive(Clone, Copy)]

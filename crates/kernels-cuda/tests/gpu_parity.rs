@@ -1353,6 +1353,85 @@ fn rms_norm_matvec_many_matches_norm_then_matvec() {
     assert_norm_product_refused(&dev, &mut rng, ops::rms_norm_matvec_many, DType::Q8_0, 896);
 }
 
+/// RMSNorm inside the short legacy-format kernel (`ops::rms_norm_matvec_short_many`: each lane
+/// normalises and quantizes its own 32-value block) gives bit for bit the fused norm +
+/// quantization followed by `matvec_many`: Q/K/V-like parts with biases at Qwen2.5 0.5B's width,
+/// gate/up, Q8_1 formats, mixed formats (a launch per run), a row with a block of zeros (scale
+/// 0); longer rows and other formats are refused.
+#[test]
+fn rms_norm_matvec_short_many_matches_norm_then_matvec() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let cases: [(usize, &[(DType, usize)]); 6] = [
+        (
+            896,
+            &[(DType::Q8_0, 896), (DType::Q8_0, 128), (DType::Q8_0, 128)],
+        ),
+        (896, &[(DType::Q8_0, 4864), (DType::Q8_0, 4864)]),
+        (
+            896,
+            &[(DType::Q5_0, 896), (DType::Q5_0, 128), (DType::Q8_0, 128)],
+        ),
+        (640, &[(DType::Q4_1, 300), (DType::Q5_1, 200)]),
+        (1024, &[(DType::Q4_0, 100), (DType::Q4_0, 37)]),
+        (96, &[(DType::Q8_0, 7)]),
+    ];
+    for (n, (cols, mats)) in cases.into_iter().enumerate() {
+        let mut x = activations(&mut rng, 1, cols);
+        if n == 0 {
+            x[32..64].fill(0.0);
+        }
+        let g = rng.vec(cols, 1.0);
+        let (dx, dg) = (dev.upload(&x).unwrap(), dev.upload(&g).unwrap());
+        let (weights, biases) = random_matrices(&dev, &mut rng, mats, cols);
+        let run = |fused: bool| -> Vec<Vec<u32>> {
+            let mut ys: Vec<DeviceBuffer<f32>> =
+                weights.iter().map(|w| poisoned(&dev, w.rows)).collect();
+            let mut parts = matvec_parts(&mut ys, &weights, &biases);
+            if fused {
+                assert!(
+                    ops::rms_norm_matvec_short_many(&dev, &mut parts, &dx, &dg, 1e-6).unwrap()
+                );
+            } else {
+                let mut normed = poisoned(&dev, cols);
+                ops::rms_norm(&dev, &mut normed, &dx, &dg, 1e-6).unwrap();
+                for p in parts.iter_mut() {
+                    let mut acts = ops::DeviceActs::new(&dev, p.w.dtype, 1, cols).unwrap();
+                    ops::quantize_acts(&dev, &mut acts, &normed).unwrap();
+                    ops::matvec_many(&dev, std::slice::from_mut(p), &normed, Some(&acts)).unwrap();
+                }
+            }
+            drop(parts);
+            ys.iter()
+                .map(|y| {
+                    dev.download(y)
+                        .unwrap()
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect()
+                })
+                .collect()
+        };
+        let (got, want) = (run(true), run(false));
+        assert_same_outputs(&got, &want, &format!("cols {cols} {mats:?}"));
+    }
+    assert_norm_product_refused(
+        &dev,
+        &mut rng,
+        ops::rms_norm_matvec_short_many,
+        DType::Q8_0,
+        1056,
+    );
+    assert_norm_product_refused(
+        &dev,
+        &mut rng,
+        ops::rms_norm_matvec_short_many,
+        DType::Q4K,
+        1024,
+    );
+}
+
 /// Panics unless every matrix's outputs (`got[i]`, `want[i]`: f32 bits) are the same.
 fn assert_same_outputs(got: &[Vec<u32>], want: &[Vec<u32>], what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: matrices");

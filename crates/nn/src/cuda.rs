@@ -441,9 +441,9 @@ impl Backend for CudaBackend {
         ws: &[(&DeviceMatrix, Option<&DeviceBuffer<f32>>)],
     ) -> Result<Vec<CudaTensor>> {
         // One row against F16 / BF16 weights (Hopper's bulk-copy kernel) or Q8_0 weights with
-        // split copies (its Q8_0 form), or of up to NORM_IN_MATVEC_MAX_COLS against k-quant
-        // weights (the row kernel): the product's blocks normalise (and quantize) the row
-        // themselves.
+        // split copies (its Q8_0 form), of up to NORM_IN_MATVEC_MAX_COLS against k-quant
+        // weights (the row kernel), or of up to 1024 against legacy formats (the short
+        // kernel): the product's blocks normalise (and quantize) the row themselves.
         let one_row = !fusion_disabled() && x.rows == 1 && ws.iter().all(|(m, _)| m.cols == x.cols);
         if one_row
             && bulk_prologue("norm")
@@ -464,6 +464,13 @@ impl Backend for CudaBackend {
         }
         if one_row && x.cols <= norm_in_matvec_max_cols() {
             if let Some(outs) = self.normed_products(ws, ops::rms_norm_matvec_many, x, w, eps)? {
+                return Ok(outs);
+            }
+        }
+        if one_row {
+            if let Some(outs) =
+                self.normed_products(ws, ops::rms_norm_matvec_short_many, x, w, eps)?
+            {
                 return Ok(outs);
             }
         }
