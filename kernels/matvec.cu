@@ -2145,27 +2145,9 @@ MATVEC_FLOAT1(bf16, 2)
 // lane, then across the warp: exact sums of exact products, so the same bits (see above).
 //
 // Dynamic shared memory: the ring (warps × stages × chunk bytes), then x rounded to the weights'
-// type (k halves; with MVB_X32, as f32: `mvb_x_bytes`), then warps × stages mbarriers, then
-// (with `balance`) a double per chunk of the block's rows.
+// type (k halves), then warps × stages mbarriers, then (with `balance`) a double per chunk of
+// the block's rows.
 #define MVB_MAX_WARPS 32  // warps per block: the host picks up to this many
-// 1: x held in shared memory as f32 (4 bytes a value, whole runs of 256) instead of as 16-bit
-// values, so the f64 products need no widening of x each (an experiment for
-// `SYNAPTIX_KERNEL_DEFINES`, whose value the host reads to size x; same bits; f32 sums keep x
-// 16-bit in the same region).
-#ifndef MVB_X32
-#define MVB_X32 0
-#endif
-// Shared memory for x: 2 bytes a value, or with MVB_X32 4 in whole runs of 256 values.
-__device__ __forceinline__ int mvb_x_bytes(int k) { return MVB_X32 ? (k + 255) / 256 * 1024 : (k / 8) * 16; }
-// With MVB_X32, the two float4 of word q (values 8q .. 8q + 7) lie 512 bytes apart in q's run of
-// 32 words, each run's first halves together: lane l reads word 32j + l, so a warp's 16-byte
-// reads are 512 contiguous bytes (no bank conflicts).
-__device__ __forceinline__ int mvb_x32_at(int q, int half) { return ((q / 32) * 2 + half) * 32 + q % 32; }
-// v rounded to the weights' 16-bit type (T: 1 F16, 2 BF16), as f32.
-template <int T>
-__device__ __forceinline__ float mvb_round(float v) {
-    return T == 1 ? f16_to_f32((u16)mvf_round16<T>(v)) : bf16_to_f32((u16)mvf_round16<T>(v));
-}
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
 template <int T>
 __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k,
@@ -2177,8 +2159,7 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
     const int row_bytes = k * 2;
     u8* ring = (u8*)mvb_smem + (size_t)warp * stages * chunk;
     uint4* x16 = (uint4*)((u8*)mvb_smem + (size_t)n_warps * stages * chunk);
-    const int x_bytes = mvb_x_bytes(k);
-    const u32 bars = (u32)__cvta_generic_to_shared((u8*)x16 + x_bytes) + 8u * warp * stages;
+    const u32 bars = (u32)__cvta_generic_to_shared((u8*)x16 + ((k / 8) * 16)) + 8u * warp * stages;
     const u32 ring_s = (u32)__cvta_generic_to_shared(ring);
     // This block's rows [r0, r1). Without `balance`, this warp's rows are r0 + warp, r0 + warp
     // + n_warps, ...; with it, the block's (r1 - r0) per_row chunks are split evenly between its
@@ -2192,7 +2173,7 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
     const int first = balance ? (int)((i64)block_chunks * warp / n_warps) : 0;
     const int my_rows = r1 - r0 > warp ? (r1 - r0 - warp + n_warps - 1) / n_warps : 0;
     const int n_chunks = balance ? (int)((i64)block_chunks * (warp + 1) / n_warps) - first : my_rows * per_row;
-    double* parts = (double*)((u8*)x16 + x_bytes + 8 * n_warps * stages);
+    double* parts = (double*)((u8*)x16 + ((k / 8) * 16) + 8 * n_warps * stages);
     // This warp's chunk c: local chunk (row - r0) per_row + (chunk index in the row).
     auto local = [&](int c) { return balance ? first + c : (warp + (c / per_row) * n_warps) * per_row + c % per_row; };
     auto issue = [&](int c) {
@@ -2230,17 +2211,8 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
             b = make_float4(mvb_pro(pro, b.x, e + 4, k, x2, nw, scale, table), mvb_pro(pro, b.y, e + 5, k, x2, nw, scale, table),
                             mvb_pro(pro, b.z, e + 6, k, x2, nw, scale, table), mvb_pro(pro, b.w, e + 7, k, x2, nw, scale, table));
         }
-        if (MVB_X32 && !f32_sums) {
-            // x rounded to the weights' type and held as f32 (the same values), word i's two
-            // halves at `mvb_x32_at`.
-            const float4 lo = make_float4(mvb_round<T>(a.x), mvb_round<T>(a.y), mvb_round<T>(a.z), mvb_round<T>(a.w));
-            const float4 hi = make_float4(mvb_round<T>(b.x), mvb_round<T>(b.y), mvb_round<T>(b.z), mvb_round<T>(b.w));
-            ((float4*)x16)[mvb_x32_at(i, 0)] = lo;
-            ((float4*)x16)[mvb_x32_at(i, 1)] = hi;
-        } else {
-            x16[i] = make_uint4(mvf_round16<T>(a.x) | mvf_round16<T>(a.y) << 16, mvf_round16<T>(a.z) | mvf_round16<T>(a.w) << 16,
-                                mvf_round16<T>(b.x) | mvf_round16<T>(b.y) << 16, mvf_round16<T>(b.z) | mvf_round16<T>(b.w) << 16);
-        }
+        x16[i] = make_uint4(mvf_round16<T>(a.x) | mvf_round16<T>(a.y) << 16, mvf_round16<T>(a.z) | mvf_round16<T>(a.w) << 16,
+                            mvf_round16<T>(b.x) | mvf_round16<T>(b.y) << 16, mvf_round16<T>(b.z) | mvf_round16<T>(b.w) << 16);
     }
     __syncthreads();
     // Four sums per lane (products e, e + 4 of each word into sum e % 4), so that consecutive
@@ -2254,19 +2226,7 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
         if (lc % per_row == 0) part_start = lc;
         mvb_wait(bars + 8u * slot, (u32)(c / stages) & 1u);
         const uint4* words = (const uint4*)(ring + slot * chunk);
-        if (MVB_X32 && !f32_sums) {
-            // As the default below, with x already widened: word q = off / 16 + lane + 32 t of
-            // the row lies in run off / 512 + t (chunks are whole runs of 512 bytes).
-            const float4* xrun = (const float4*)x16 + (off / 512) * 64 + lane;
-#pragma unroll 2
-            for (int wi = lane, t = 0; wi < bytes / 16; wi += WARP, ++t) {
-                const uint4 wv = words[wi];
-                const float4 xa = xrun[t * 64], xb = xrun[t * 64 + 32];
-                const float xs[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-#pragma unroll
-                for (int e = 0; e < 8; ++e) acc[e % 4] += (double)__fmul_rn(mv_weight_in<T>(wv, e), xs[e]);
-            }
-        } else if (f32_sums) {
+        if (f32_sums) {
             // f32 fused multiply-adds, eight sums a lane per chunk, each then added to the f64
             // sums (`SYNAPTIX_BULK_SUMS=f32`: fewer instructions per product, not the CPU's bits).
             float fa[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -2371,11 +2331,6 @@ MATVEC_BULK(bf16, 2)
 // terms per warp (chunk / 544 rounded up to even, × 16).
 #define Q8S_GROUP_BLOCKS 16
 #define Q8S_GROUP_BYTES 544
-// 1: each pair of groups' terms added by every lane from registers by shuffles instead of by
-// lane 0 from shared memory (an experiment for `SYNAPTIX_KERNEL_DEFINES`; same bits).
-#ifndef Q8S_SHFL_CHAIN
-#define Q8S_SHFL_CHAIN 0
-#endif
 __device__ __forceinline__ int q8s_row_bytes(int k) {
     const int nb = k / 32, r = nb % Q8S_GROUP_BLOCKS;
     return nb / Q8S_GROUP_BLOCKS * Q8S_GROUP_BYTES + (r ? 32 * r + ((2 * r + 15) & ~15) : 0);
@@ -2509,15 +2464,7 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
             s1 = mv_dp4a(w1.w, a1.w, s1);
             const float dw = f16_to_f32(load_u16(grp + 32 * vn + 2 * vb));
             const float t = __fmul_rn((float)(s0 + s1), __fmul_rn(dw, ad[(g_first + vj) * Q8S_GROUP_BLOCKS + vb]));
-#if Q8S_SHFL_CHAIN
-            // Every lane adds the pair's 32 terms in block order (lane order) from the others'
-            // registers: no terms in shared memory, no branch for lane 0 (same sum, same bits).
-            const float tv = valid ? t : 0.0f;
-#pragma unroll
-            for (int i = 0; i < WARP; ++i) acc = __fadd_rn(acc, __shfl_sync(0xffffffffu, tv, i));
-#else
             my_terms[j * Q8S_GROUP_BLOCKS + lane] = valid ? t : 0.0f;
-#endif
         }
         const int n_terms = n_groups * Q8S_GROUP_BLOCKS;
         __syncwarp();
@@ -2525,7 +2472,7 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our reads, then the copy's writes
             issue_next(c + stages);
         }
-        if (!Q8S_SHFL_CHAIN && lane == 0) {
+        if (lane == 0) {
             const float4* t4 = (const float4*)my_terms;
 #pragma unroll 4
             for (int i = 0; i < n_terms / 4; ++i) {
@@ -2537,7 +2484,7 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
             const int grow = r0 + row, sgi = sg.seg(grow), lr = grow - sg.first(sgi);
             sg.y(sgi)[lr] = mv_epilogue(acc, sg.bias(sgi), residual, lr, lr);
         }
-        if (!Q8S_SHFL_CHAIN) __syncwarp();  // lane 0 has read the terms before they are rewritten
+        __syncwarp();  // lane 0 has read the terms before they are rewritten
         if (++in_row == per_row) {
             in_row = 0;
             row += n_warps;

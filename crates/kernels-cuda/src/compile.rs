@@ -50,20 +50,6 @@ fn options(arch: &str) -> Vec<String> {
     o
 }
 
-/// The value `SYNAPTIX_KERNEL_DEFINES` gives `name` (`name=value`), where the host must agree
-/// with a kernel on it (a shared-memory layout).
-pub(crate) fn kernel_define(name: &str) -> Option<String> {
-    define_in(&std::env::var("SYNAPTIX_KERNEL_DEFINES").ok()?, name)
-}
-
-/// The value of `name` in a list of `name=value` definitions (separated by spaces or commas).
-fn define_in(defs: &str, name: &str) -> Option<String> {
-    defs.split([' ', ','])
-        .filter_map(|d| d.split_once('='))
-        .find(|(n, _)| *n == name)
-        .map(|(_, v)| v.to_string())
-}
-
 fn cache_key(source: &str, opts: &[String], arch: &str, nvrtc: (i32, i32)) -> String {
     let mut h = Sha256::new();
     h.update(source.as_bytes());
@@ -310,21 +296,5 @@ fn duplicate(e: &CudaError) -> CudaError {
         },
         CudaError::UnknownKernel(s) => CudaError::UnknownKernel(s.clone()),
         other => CudaError::Nvrtc(other.to_string()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::define_in;
-
-    #[test]
-    fn defines_are_found_by_name() {
-        let defs = "MVT_STAGES=8,MVB_X32=1 Q8S_SHFL_CHAIN=0";
-        assert_eq!(define_in(defs, "MVB_X32").as_deref(), Some("1"));
-        assert_eq!(define_in(defs, "MVT_STAGES").as_deref(), Some("8"));
-        assert_eq!(define_in(defs, "Q8S_SHFL_CHAIN").as_deref(), Some("0"));
-        assert_eq!(define_in(defs, "MVB_X3"), None);
-        assert_eq!(define_in("FLAG MVB_X32", "MVB_X32"), None);
-        assert_eq!(define_in("", "MVB_X32"), None);
     }
 }

@@ -1817,17 +1817,6 @@ pub fn bulk_f32_sums() -> bool {
     *F32.get_or_init(|| std::env::var("SYNAPTIX_BULK_SUMS").as_deref() == Ok("f32"))
 }
 
-/// Whether the bulk kernels were compiled with MVB_X32 set to anything but 0
-/// (`SYNAPTIX_KERNEL_DEFINES`; the kernel's `#if` takes any nonzero value): x held as f32 in
-/// shared memory (kernels/matvec.cu).
-fn bulk_x32() -> bool {
-    static X32: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *X32.get_or_init(|| {
-        crate::compile::kernel_define("MVB_X32")
-            .is_some_and(|v| !v.trim_start_matches('0').is_empty())
-    })
-}
-
 /// Whether a bulk-kernel block whose rows hold `block_chunks` copies splits them evenly between
 /// its `warps` warps in order (each warp streams one contiguous run; a row may span warps, its
 /// parts added in order at the block's end) instead of dealing whole rows to the warps in turn.
@@ -1914,16 +1903,10 @@ fn matvec_bulk(
         &format!("matvec_bulk_{}", suffix("matvec", w.dtype)?),
     )?;
     let max_shared = dev.max_shared_memory(&f)?;
-    // The ring, x (`mvb_x_bytes`: 16 bits a value, or with the MVB_X32 experiment f32 in whole
-    // runs of 256), the barriers. A ring too large for this row length's x gives up stages, then
-    // halves its copies.
-    let x_bytes = if bulk_x32() {
-        k.div_ceil(256) * 1024
-    } else {
-        k * 2
-    };
+    // The ring, x rounded to 16 bits, the barriers. A ring too large for this row length's x
+    // gives up stages, then halves its copies.
     let shared_of =
-        |stages: usize, chunk: usize| warps * stages * chunk + x_bytes + warps * stages * 8;
+        |stages: usize, chunk: usize| warps * stages * chunk + k * 2 + warps * stages * 8;
     let (mut stages, mut chunk) = (stages, chunk);
     while shared_of(stages, chunk) > max_shared && (stages > 1 || chunk >= 1024) {
         if stages > 1 {
@@ -1990,9 +1973,9 @@ fn matvec_bulk(
         .arg(bulk_f32_sums() as i32);
     // SAFETY: each block copies whole rows (in pieces of 16-byte multiples: k % 8 == 0) of the
     // launch's matrices into its own shared memory, which `shared` covers (the ring, the row of
-    // x as `mvb_x_bytes` lays it out, the barriers); it reads k values of x (and of the up
-    // projection and the norm weight, checked above; the table has 65536 entries) and writes one
-    // output per row it owns.
+    // x rounded to 16 bits, the barriers); it reads k values of x (and of the up projection and
+    // the norm weight, checked above; the table has 65536 entries) and writes one output per row
+    // it owns.
     unsafe {
         l.launch(LaunchConfig {
             grid_dim: (blocks as u32, 1, 1),
