@@ -942,108 +942,134 @@ MATVEC_Q8_SHORT(q8_0, mv_q8_0)
 // whose grouping does not change the sum) and quantizes it to Q8_0 (Q8_1 when `Q81`) into
 // shared memory, eight threads a 32-value block (quantize_q8_32_lane's operations element for
 // element: C's MAX in element order for amax, recomputed serially where a block holds a NaN),
-// then its warps take rows r0 + warp + MV_WARPS·j as `matvec_q8_short` does (lane b block b's
-// term, lane 0 adding the terms in block order). Bit for bit `rms_norm_q8_0` / `_q8_1` then
-// `matvec_q8_short_*`, with no norm launch and no quantized row in memory. Each warp's first
-// SN_ROWS rows of weights are requested before the PDL wait; the host gives a block at most
-// MV_WARPS · SN_ROWS rows (`rows_per_block`). k <= 1024, k % 32 == 0. Grid: ceil(n_out /
-// rows_per_block).
+// then its warps take rows r0 + warp + MV_WARPS·j as `matvec_q8_short` does (lane b the terms of
+// blocks b and, for NBL = 2, b + 32; lane 0 adding the terms in block order). Bit for bit
+// `rms_norm_q8_0` / `_q8_1` then the products on the quantized row, with no norm launch and no
+// quantized row in memory. Each warp's first SN_ROWS / NBL rows of weights are requested
+// before the PDL wait; the host gives a block at most MV_WARPS · SN_ROWS / NBL rows
+// (`rows_per_block`). k <= 1024 · NBL, k % 32 == 0. Grid: ceil(n_out / rows_per_block).
 #define SN_ROWS 4
-template <typename F, bool Q81>
+template <typename F, bool Q81, int NBL>
 __device__ void matvec_q8_short_norm(const mv_segs sg, const float* __restrict__ x,
                                      const float* __restrict__ nw, float eps, int k,
                                      int rows_per_block) {
-    __shared__ __align__(16) u32 aq[256];       // the row's quants, four a word
-    __shared__ uint2 am[32];                    // per block: half bits of d (| s << 16), Σq
-    __shared__ __align__(16) float vals[1024];  // the normalised row, for blocks with a NaN
+    constexpr int ROWS = SN_ROWS / NBL;  // rows per warp
+    __shared__ __align__(16) u32 aq[256 * NBL];       // the row's quants, four a word
+    __shared__ uint2 am[32 * NBL];                    // per block: half bits of d (| s << 16), Σq
+    __shared__ __align__(16) float vals[1024 * NBL];  // the normalised row, for blocks with a NaN
     const int t = threadIdx.x, warp = t / WARP, lane = t % WARP;
     const int nb = k / 32;
     const int r0 = blockIdx.x * rows_per_block, r1 = min(sg.n_out, r0 + rows_per_block);
-    const bool mine = lane < nb;
-    F f[SN_ROWS];
+    F f[ROWS][NBL];
 #pragma unroll
-    for (int j = 0; j < SN_ROWS; ++j) {
+    for (int j = 0; j < ROWS; ++j) {
         const int row = r0 + warp + MV_WARPS * j;
-        if (mine && row < r1) {
+        if (row < r1) {
             const int s = sg.seg(row);
-            f[j].load(sg.w(s) + ((i64)(row - sg.first(s)) * nb + lane) * F::BYTES, 0);
+            const u8* wr = sg.w(s) + (i64)(row - sg.first(s)) * nb * F::BYTES;
+#pragma unroll
+            for (int h = 0; h < NBL; ++h)
+                if (lane + 32 * h < nb) f[j][h].load(wr + (i64)(lane + 32 * h) * F::BYTES, 0);
         }
     }
-    const bool holds = t < k / 4;  // thread t: values 4t .. 4t + 3 (block t / 8)
-    float4 g = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (holds) g = ((const float4*)nw)[t];
+    // Thread t holds float4 t + 256 h of the row (values 4t .. 4t + 3 of that part: block
+    // t / 8 + 32 h), where that is inside the row.
+    float4 g[NBL];
+#pragma unroll
+    for (int h = 0; h < NBL; ++h) {
+        g[h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (t + 256 * h < k / 4) g[h] = ((const float4*)nw)[t + 256 * h];
+    }
     PDL_WAIT();
     PDL_TRIGGER();
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 v[NBL];
     double ss = 0.0;
-    if (holds) {
-        v = ((const float4*)x)[t];
-        ss = (double)__fmul_rn(v.x, v.x) + (double)__fmul_rn(v.y, v.y) + (double)__fmul_rn(v.z, v.z) +
-             (double)__fmul_rn(v.w, v.w);
+#pragma unroll
+    for (int h = 0; h < NBL; ++h) {
+        v[h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (t + 256 * h < k / 4) {
+            v[h] = ((const float4*)x)[t + 256 * h];
+            ss += (double)__fmul_rn(v[h].x, v[h].x) + (double)__fmul_rn(v[h].y, v[h].y) +
+                  (double)__fmul_rn(v[h].z, v[h].z) + (double)__fmul_rn(v[h].w, v[h].w);
+        }
     }
     ss = block_sum_f64(ss);
     const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / (double)k), eps)));
-    v = make_float4(__fmul_rn(__fmul_rn(v.x, scale), g.x), __fmul_rn(__fmul_rn(v.y, scale), g.y),
-                    __fmul_rn(__fmul_rn(v.z, scale), g.z), __fmul_rn(__fmul_rn(v.w, scale), g.w));
-    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
 #pragma unroll
-    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(MV_FULL, amax, o));
-    const bool nan_here = v.x != v.x || v.y != v.y || v.z != v.z || v.w != v.w;
-    const u32 nan_lanes = __ballot_sync(MV_FULL, nan_here);
-    if (nan_lanes) {  // warp-uniform
-        // A NaN replaces C's running maximum and is replaced by the next value: the block's
-        // amax is then that of its values after the last NaN, so walk them in order.
-        ((float4*)vals)[t] = v;
-        __syncwarp();
-        if (nan_lanes & (0xffu << (lane & ~7))) {
-            const float* bv = vals + 4 * (t & ~7);
-            amax = 0.0f;
-            for (int i = 0; i < 32; ++i) {
-                const float av = fabsf(bv[i]);
-                amax = amax > av ? amax : av;
+    for (int h = 0; h < NBL; ++h) {
+        const int i = t + 256 * h;  // float4 index
+        float4 u = v[h];
+        u = make_float4(__fmul_rn(__fmul_rn(u.x, scale), g[h].x), __fmul_rn(__fmul_rn(u.y, scale), g[h].y),
+                        __fmul_rn(__fmul_rn(u.z, scale), g[h].z), __fmul_rn(__fmul_rn(u.w, scale), g[h].w));
+        float amax = fmaxf(fmaxf(fabsf(u.x), fabsf(u.y)), fmaxf(fabsf(u.z), fabsf(u.w)));
+#pragma unroll
+        for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(MV_FULL, amax, o));
+        const bool nan_here = u.x != u.x || u.y != u.y || u.z != u.z || u.w != u.w;
+        const u32 nan_lanes = __ballot_sync(MV_FULL, nan_here);
+        if (nan_lanes) {  // warp-uniform
+            // A NaN replaces C's running maximum and is replaced by the next value: the block's
+            // amax is then that of its values after the last NaN, so walk them in order.
+            ((float4*)vals)[i] = u;
+            __syncwarp();
+            if (nan_lanes & (0xffu << (lane & ~7))) {
+                const float* bv = vals + 4 * (i & ~7);
+                amax = 0.0f;
+                for (int e = 0; e < 32; ++e) {
+                    const float av = fabsf(bv[e]);
+                    amax = amax > av ? amax : av;
+                }
+            }
+        }
+        const float d = __fdiv_rn(amax, 127.0f);
+        const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+        const float e4[4] = {u.x, u.y, u.z, u.w};
+        u32 word = 0;
+        int sum = 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float r = round_half_away(__fmul_rn(e4[j], id));
+            // C's float to int8_t as x86 compilers emit it (see quantize_q8_32_lane).
+            const int qi = (r != r || fabsf(r) >= 2147483648.0f) ? 0 : (int)r;
+            sum += (int)(i8)(qi & 0xff);
+            word |= (u32)(qi & 0xff) << (8 * j);
+        }
+#pragma unroll
+        for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(MV_FULL, sum, o);
+        if (i < k / 4) {
+            aq[i] = word;
+            if ((i & 7) == 0) {
+                u32 packed = q8_f32_to_f16(d);
+                if (Q81) packed |= (u32)q8_f32_to_f16(q8_mul_like_x86((float)sum, d)) << 16;
+                am[i / 8] = make_uint2(packed, (u32)sum);
             }
         }
     }
-    const float d = __fdiv_rn(amax, 127.0f);
-    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
-    const float e[4] = {v.x, v.y, v.z, v.w};
-    u32 word = 0;
-    int sum = 0;
+    __syncthreads();
+    u32 a[NBL][8];
+    uint2 meta[NBL];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const float r = round_half_away(__fmul_rn(e[j], id));
-        // C's float to int8_t as x86 compilers emit it (see quantize_q8_32_lane).
-        const int qi = (r != r || fabsf(r) >= 2147483648.0f) ? 0 : (int)r;
-        sum += (int)(i8)(qi & 0xff);
-        word |= (u32)(qi & 0xff) << (8 * j);
-    }
-#pragma unroll
-    for (int o = 4; o > 0; o >>= 1) sum += __shfl_xor_sync(MV_FULL, sum, o);
-    if (holds) {
-        aq[t] = word;
-        if ((t & 7) == 0) {
-            u32 packed = q8_f32_to_f16(d);
-            if (Q81) packed |= (u32)q8_f32_to_f16(q8_mul_like_x86((float)sum, d)) << 16;
-            am[t / 8] = make_uint2(packed, (u32)sum);
+    for (int h = 0; h < NBL; ++h) {
+        const int b = lane + 32 * h;
+        meta[h] = make_uint2(0, 0);
+        if (b < nb) {
+            const uint4 lo = ((const uint4*)aq)[2 * b], hi = ((const uint4*)aq)[2 * b + 1];
+            a[h][0] = lo.x, a[h][1] = lo.y, a[h][2] = lo.z, a[h][3] = lo.w;
+            a[h][4] = hi.x, a[h][5] = hi.y, a[h][6] = hi.z, a[h][7] = hi.w;
+            meta[h] = am[b];
         }
     }
-    __syncthreads();
-    u32 a[8];
-    uint2 meta = make_uint2(0, 0);
-    if (mine) {
-        const uint4 lo = ((const uint4*)aq)[2 * lane], hi = ((const uint4*)aq)[2 * lane + 1];
-        a[0] = lo.x, a[1] = lo.y, a[2] = lo.z, a[3] = lo.w;
-        a[4] = hi.x, a[5] = hi.y, a[6] = hi.z, a[7] = hi.w;
-        meta = am[lane];
-    }
 #pragma unroll
-    for (int j = 0; j < SN_ROWS; ++j) {
+    for (int j = 0; j < ROWS; ++j) {
         const int row = r0 + warp + MV_WARPS * j;
         if (row >= r1) break;  // warp-uniform
         const int s = sg.seg(row), lr = row - sg.first(s);
-        const float term = mine ? f[j].term(a, meta) : 0.0f;
         float acc = 0.0f;
-        for (int b = 0; b < nb; ++b) acc = __fadd_rn(acc, __shfl_sync(MV_FULL, term, b));
+#pragma unroll
+        for (int h = 0; h < NBL; ++h) {
+            const float term = lane + 32 * h < nb ? f[j][h].term(a[h], meta[h]) : 0.0f;
+            for (int b = 32 * h; b < min(nb, 32 * h + 32); ++b)
+                acc = __fadd_rn(acc, __shfl_sync(MV_FULL, term, b - 32 * h));
+        }
         if (lane == 0) sg.y(s)[lr] = mv_epilogue(acc, sg.bias(s), nullptr, lr, lr);
     }
 }
@@ -1054,8 +1080,16 @@ __device__ void matvec_q8_short_norm(const mv_segs sg, const float* __restrict__
                                     float eps, int n_out, int k, int rows_per_block,             \
                                     const float* bias, MV_SEG_PARAMS) {                          \
         PDL_WAITS_INSIDE();                                                                      \
-        matvec_q8_short_norm<fmt, q81>(MV_SEGS(y, w, bias, n_out), x, nw, eps, k,                \
-                                       rows_per_block);                                          \
+        matvec_q8_short_norm<fmt, q81, 1>(MV_SEGS(y, w, bias, n_out), x, nw, eps, k,             \
+                                          rows_per_block);                                       \
+    }                                                                                            \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP)                                \
+        matvec_q8_short_norm2_##name(float* y, const u8* w, const float* x, const float* nw,     \
+                                     float eps, int n_out, int k, int rows_per_block,            \
+                                     const float* bias, MV_SEG_PARAMS) {                         \
+        PDL_WAITS_INSIDE();                                                                      \
+        matvec_q8_short_norm<fmt, q81, 2>(MV_SEGS(y, w, bias, n_out), x, nw, eps, k,             \
+                                          rows_per_block);                                       \
     }
 MATVEC_Q8_SHORT_NORM(q4_0, mv_q4_0, false)
 MATVEC_Q8_SHORT_NORM(q4_1, mv_q4_1, true)

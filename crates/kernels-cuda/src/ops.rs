@@ -2067,13 +2067,14 @@ pub fn glu_matvec(
     matvec_bulk(dev, y, w, gate, epi, &mut [], pro)
 }
 
-/// `parts[i].y = rms_norm(x, norm, eps) · W_iᵀ (+ bias_i)` for one row of at most 1024 values
+/// `parts[i].y = rms_norm(x, norm, eps) · W_iᵀ (+ bias_i)` for one row of at most 2048 values
 /// against legacy-format matrices (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) through
-/// `matvec_q8_short_norm_*`, whose warps normalise and quantize the row themselves (each lane
-/// its own 32-value block): bit for bit `fused::rms_norm_quantized` then [`matvec_many`] on the
-/// short kernel, with no norm launch. Runs of up to three parts of one format share a launch.
-/// Ok(false), launching nothing, where it does not apply (other formats, longer rows, matrices
-/// with split copies, `SYNAPTIX_NORM_IN_SHORT=0`).
+/// `matvec_q8_short_norm_*` (rows of up to 1024 values: a block per lane) or `_norm2_*` (up to
+/// 2048: two), whose blocks normalise and quantize the row themselves into shared memory: bit
+/// for bit `fused::rms_norm_quantized` then [`matvec_many`], with no norm launch. Runs of up to
+/// three parts of one format share a launch. Ok(false), launching nothing, where it does not
+/// apply (other formats, longer rows, matrices with split copies, rows longer than
+/// `SYNAPTIX_NORM_IN_SHORT`).
 pub fn rms_norm_matvec_short_many(
     dev: &CudaDevice,
     parts: &mut [MatvecPart],
@@ -2085,9 +2086,8 @@ pub fn rms_norm_matvec_short_many(
         return Ok(false);
     };
     let cols = first.w.cols;
-    let applies = norm_in_short()
-        && cols > 0
-        && cols <= 1024
+    let applies = cols > 0
+        && cols <= short_norm_max_cols()
         && cols.is_multiple_of(32)
         && x.len() == cols
         && norm.len() == cols
@@ -2119,13 +2119,14 @@ pub fn rms_norm_matvec_short_many(
             .split_first_mut()
             .expect("a non-empty run");
         let name = short_norm_suffix(dtype).expect("checked above");
-        let f = dev.function("matvec", &format!("matvec_q8_short_norm_{name}"))?;
+        let two = cols > 1024;
+        let kernel = if two { "matvec_q8_short_norm2" } else { "matvec_q8_short_norm" };
+        let f = dev.function("matvec", &format!("{kernel}_{name}"))?;
         let rows = first.w.rows + rest.iter().map(|p| p.w.rows).sum::<usize>();
         // A block per SM where that leaves each warp at most SHORT_NORM_ROWS rows (their
         // weights requested before the PDL wait), more blocks otherwise.
-        let per_block = rows
-            .div_ceil(sm_count(dev))
-            .clamp(1, MV_WARPS * SHORT_NORM_ROWS);
+        let most = MV_WARPS * SHORT_NORM_ROWS / if two { 2 } else { 1 };
+        let per_block = rows.div_ceil(sm_count(dev)).clamp(1, most);
         let (r32, c32, p32) = (
             i32_arg("matvec", "rows", rows)?,
             i32_arg("matvec", "cols", cols)?,
@@ -2143,10 +2144,11 @@ pub fn rms_norm_matvec_short_many(
             .arg(first.bias);
         segment_args(&mut l, first.w.rows, rest)?;
         // SAFETY: block i takes rows [i·per_block, (i + 1)·per_block) of the launch's
-        // matrices, at most MV_WARPS · SN_ROWS (the kernel's limit); thread t < cols / 4 <= 256
-        // reads float4 t of x and of the norm weights (both `cols` long, checked); lane b <
-        // cols / 32 <= 32 reads block b of its rows (word reads may pass the last block by less
-        // than WEIGHT_PAD); each warp writes y[row] of its matrix for its rows only.
+        // matrices, at most MV_WARPS · SN_ROWS / NBL (the kernel's limit, NBL = 2 for the
+        // `norm2` form); thread t reads float4s t and t + 256 of x and of the norm weights below
+        // cols / 4 (both `cols` long, checked); lane b reads blocks b and b + 32 of its rows below
+        // cols / 32 (word reads may pass the last block by less than WEIGHT_PAD); each warp
+        // writes y[row] of its matrix for its rows only.
         unsafe {
             l.launch(LaunchConfig {
                 grid_dim: (rows.div_ceil(per_block) as u32, 1, 1),
@@ -2175,11 +2177,19 @@ fn short_norm_suffix(dtype: DType) -> Option<&'static str> {
     }
 }
 
-/// Whether [`rms_norm_matvec_short_many`] takes its rows (`SYNAPTIX_NORM_IN_SHORT=0`: never, for
-/// comparisons).
-fn norm_in_short() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("SYNAPTIX_NORM_IN_SHORT").as_deref() != Ok("0"))
+/// The longest row [`rms_norm_matvec_short_many`] takes: 2048, or `SYNAPTIX_NORM_IN_SHORT=N`
+/// (comparisons; 0: never). On the H200, Qwen2.5 0.5B (896 values a row: Q/K/V and gate/up)
+/// tg128 Q8_0 1,284.5 / 1,283.6 → 1,365.5 / 1,366.6, Q4_K_M 1,243.6 / 1,242.3 → 1,324.0 /
+/// 1,324.7 (its Q5_0 and Q8_0 matrices).
+fn short_norm_max_cols() -> usize {
+    static COLS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *COLS.get_or_init(|| {
+        std::env::var("SYNAPTIX_NORM_IN_SHORT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2048)
+            .min(2048)
+    })
 }
 
 /// Where `matvec_q8s_bulk` takes its activation row from: quantized already, or the raw row

@@ -1357,13 +1357,14 @@ fn rms_norm_matvec_many_matches_norm_then_matvec() {
 /// normalises and quantizes its own 32-value block) gives bit for bit the fused norm +
 /// quantization followed by `matvec_many`: Q/K/V-like parts with biases at Qwen2.5 0.5B's width,
 /// gate/up, Q8_1 formats, mixed formats (a launch per run), a row with a block of zeros (scale
-/// 0); longer rows and other formats are refused.
+/// 0), rows of two blocks a lane (1.5B's Q/K/V, 2048, a partial second block); longer rows and
+/// other formats are refused.
 #[test]
 fn rms_norm_matvec_short_many_matches_norm_then_matvec() {
     let Some((dev, mut rng)) = device() else {
         return;
     };
-    let cases: [(usize, &[(DType, usize)]); 6] = [
+    let cases: [(usize, &[(DType, usize)]); 9] = [
         (
             896,
             &[(DType::Q8_0, 896), (DType::Q8_0, 128), (DType::Q8_0, 128)],
@@ -1376,6 +1377,12 @@ fn rms_norm_matvec_short_many_matches_norm_then_matvec() {
         (640, &[(DType::Q4_1, 300), (DType::Q5_1, 200)]),
         (1024, &[(DType::Q4_0, 100), (DType::Q4_0, 37)]),
         (96, &[(DType::Q8_0, 7)]),
+        (
+            1536,
+            &[(DType::Q8_0, 1536), (DType::Q8_0, 256), (DType::Q8_0, 256)],
+        ),
+        (2048, &[(DType::Q4_1, 300), (DType::Q5_0, 200)]),
+        (1056, &[(DType::Q5_1, 129)]),
     ];
     for (n, (cols, mats)) in cases.into_iter().enumerate() {
         let mut x = activations(&mut rng, 1, cols);
@@ -1421,7 +1428,7 @@ fn rms_norm_matvec_short_many_matches_norm_then_matvec() {
         &mut rng,
         ops::rms_norm_matvec_short_many,
         DType::Q8_0,
-        1056,
+        2080,
     );
     assert_norm_product_refused(
         &dev,
