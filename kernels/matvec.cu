@@ -2364,6 +2364,11 @@ MATVEC_BULK(bf16, 2)
 // bytes), their scales as f32 (k / 32, padded to 16 bytes), warps × stages mbarriers, a chunk's
 // terms per warp (chunk / 544 rounded up to even, × 16).
 #define Q8S_GROUP_BLOCKS 16
+// 1: launches with one copy a warp (the default ring) take a form of the kernel compiled for
+// it; 0: every launch takes the general form (an A/B switch for SYNAPTIX_KERNEL_DEFINES).
+#ifndef Q8S_FIXED
+#define Q8S_FIXED 1
+#endif
 #define Q8S_GROUP_BYTES 544
 __device__ __forceinline__ int q8s_row_bytes(int k) {
     const int nb = k / 32, r = nb % Q8S_GROUP_BLOCKS;
@@ -2394,10 +2399,14 @@ extern "C" __global__ void q8_0_split(u8* __restrict__ out, const u8* __restrict
 }
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+// ST > 0: the ring's copies a warp (`stages`) fixed at compile time (no divisions by it per
+// copy); 0: read from `stages_arg`.
+template <int ST>
 __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 meta, int k,
-                           const float* __restrict__ residual, int stages, int chunk,
+                           const float* __restrict__ residual, int stages_arg, int chunk,
                            const float* __restrict__ x, const float* __restrict__ nw, float eps) {
     extern __shared__ uint4 mvb_smem[];
+    const int stages = ST > 0 ? ST : stages_arg;
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, n_warps = blockDim.x / WARP;
     const int nb = k / 32, row_bytes = q8s_row_bytes(k);
     u8* ring = (u8*)mvb_smem + (size_t)warp * stages * chunk;
@@ -2533,7 +2542,10 @@ extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 1)
                     const float* x, const float* nw, float eps) {
     PDL_WAITS_INSIDE();
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-    matvec_q8s(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw, eps);
+    if (Q8S_FIXED && stages == 1)
+        matvec_q8s<1>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw, eps);
+    else
+        matvec_q8s<0>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw, eps);
 #else
     PDL_WAIT();  // sm_80: never launched (the host takes the other Q8_0 kernels)
 #endif

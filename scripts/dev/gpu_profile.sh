@@ -17,7 +17,10 @@ for spec in $specs; do
     --section SpeedOfLight --section ComputeWorkloadAnalysis --section InstructionStats \
     --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy \
     --section SchedulerStats \
+    --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
     .dev/bin/cuda_matvec_bench --formats "$fmt" --shapes "$shape" --iters 10 > "$report" 2>&1 || true
   echo "== $fmt $shape $kern"
   grep -E 'Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Active Warps Per Scheduler|Eligible Warps Per Scheduler|Warp Cycles Per Issued Instruction|Achieved Occupancy|Registers Per Thread|Shared Memory Configuration Size|Stall|pipe' "$report" | head -40
+  # Issue stalls per issued instruction, largest first (reasons under 0.05 left out).
+  grep -E 'issue_stalled_' "$report" | awk '{v=$NF; gsub(",","",v); if (v+0 >= 0.05) print v, $1}' | sort -rn | head -12
 done

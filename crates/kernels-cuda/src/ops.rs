@@ -2115,12 +2115,14 @@ pub fn rms_norm_matvec_short_many(
                 end += 1;
             }
         }
-        let (first, rest) = parts[at..end]
-            .split_first_mut()
-            .expect("a non-empty run");
+        let (first, rest) = parts[at..end].split_first_mut().expect("a non-empty run");
         let name = short_norm_suffix(dtype).expect("checked above");
         let two = cols > 1024;
-        let kernel = if two { "matvec_q8_short_norm2" } else { "matvec_q8_short_norm" };
+        let kernel = if two {
+            "matvec_q8_short_norm2"
+        } else {
+            "matvec_q8_short_norm"
+        };
         let f = dev.function("matvec", &format!("{kernel}_{name}"))?;
         let rows = first.w.rows + rest.iter().map(|p| p.w.rows).sum::<usize>();
         // A block per SM where that leaves each warp at most SHORT_NORM_ROWS rows (their

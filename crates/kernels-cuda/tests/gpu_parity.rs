@@ -1397,9 +1397,7 @@ fn rms_norm_matvec_short_many_matches_norm_then_matvec() {
                 weights.iter().map(|w| poisoned(&dev, w.rows)).collect();
             let mut parts = matvec_parts(&mut ys, &weights, &biases);
             if fused {
-                assert!(
-                    ops::rms_norm_matvec_short_many(&dev, &mut parts, &dx, &dg, 1e-6).unwrap()
-                );
+                assert!(ops::rms_norm_matvec_short_many(&dev, &mut parts, &dx, &dg, 1e-6).unwrap());
             } else {
                 let mut normed = poisoned(&dev, cols);
                 ops::rms_norm(&dev, &mut normed, &dx, &dg, 1e-6).unwrap();
