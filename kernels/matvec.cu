@@ -2183,6 +2183,11 @@ MATVEC_FLOAT1(bf16, 2)
 // the block's rows.
 #define MVB_MAX_WARPS 32  // warps per block: the host picks up to this many
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+// 1: the bulk kernel walks its chunks with cursors instead of dividing by the ring's and the
+// row's sizes per chunk (an A/B switch for SYNAPTIX_KERNEL_DEFINES; the same bits).
+#ifndef MVB_CURSORS
+#define MVB_CURSORS 1
+#endif
 template <int T>
 __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k,
                             const float* __restrict__ residual, int stages, int chunk, int pro,
@@ -2210,6 +2215,27 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
     double* parts = (double*)((u8*)x16 + ((k / 8) * 16) + 8 * n_warps * stages);
     // This warp's chunk c: local chunk (row - r0) per_row + (chunk index in the row).
     auto local = [&](int c) { return balance ? first + c : (warp + (c / per_row) * n_warps) * per_row + c % per_row; };
+#if MVB_CURSORS
+    // Cursors over this warp's chunks (local row from r0, chunk within the row), advanced one
+    // chunk at a time: no divisions per chunk. The issuing cursor (lane 0's) runs `stages`
+    // chunks ahead of the computing one.
+    const int row_step = balance ? 1 : n_warps;
+    int issue_row = balance ? first / per_row : warp, issue_in = balance ? first % per_row : 0;
+    int issue_slot = 0;
+    auto issue_next = [&]() {
+        const int row = r0 + issue_row, off = issue_in * chunk;
+        const int s = sg.seg(row);
+        const u8* src = sg.w(s) + (i64)(row - sg.first(s)) * row_bytes + off;
+        mvb_issue(ring_s + issue_slot * chunk, src, (u32)min(chunk, row_bytes - off), bars + 8u * issue_slot);
+        if (++issue_in == per_row) issue_in = 0, issue_row += row_step;
+        if (++issue_slot == stages) issue_slot = 0;
+    };
+    if (lane == 0) {
+        for (int s = 0; s < stages; ++s) mvb_bar_init(bars + 8u * s);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int c = 0; c < min(stages, n_chunks); ++c) issue_next();
+    }
+#else
     auto issue = [&](int c) {
         const int lc = local(c);
         const int row = r0 + lc / per_row, off = (lc % per_row) * chunk;
@@ -2223,6 +2249,7 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         for (int c = 0; c < min(stages, n_chunks); ++c) issue(c);
     }
+#endif
     PDL_WAIT();
     PDL_TRIGGER();
     float scale = 1.0f;
@@ -2253,12 +2280,22 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
     // products do not wait on one another's f64 additions; added pairwise at the row's end.
     double acc[4] = {0.0, 0.0, 0.0, 0.0};
     int part_start = local(0);  // the local chunk this warp's current part of a row began at
+#if MVB_CURSORS
+    int cur_row = balance ? first / per_row : warp, cur_in = balance ? first % per_row : 0;
+    int slot = 0;
+    u32 parity = 0;
+#endif
     for (int c = 0; c < n_chunks; ++c) {
+#if MVB_CURSORS
+        const int in_row = cur_in, lc = cur_row * per_row + cur_in;
+#else
         const int slot = c % stages;
-        const int lc = local(c);
-        const int off = (lc % per_row) * chunk, bytes = min(chunk, row_bytes - off);
-        if (lc % per_row == 0) part_start = lc;
-        mvb_wait(bars + 8u * slot, (u32)(c / stages) & 1u);
+        const int lc = local(c), in_row = lc % per_row;
+        const u32 parity = (u32)(c / stages) & 1u;
+#endif
+        const int off = in_row * chunk, bytes = min(chunk, row_bytes - off);
+        if (in_row == 0) part_start = lc;
+        mvb_wait(bars + 8u * slot, parity);
         const uint4* words = (const uint4*)(ring + slot * chunk);
         if (f32_sums) {
             // f32 fused multiply-adds, eight sums a lane per chunk, each then added to the f64
@@ -2285,10 +2322,18 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
         __syncwarp();
         if (lane == 0 && c + stages < n_chunks) {
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our reads, then the copy's writes
+#if MVB_CURSORS
+            issue_next();
+#else
             issue(c + stages);
+#endif
         }
-        if (lc % per_row == per_row - 1 || (balance && c == n_chunks - 1)) {
+        if (in_row == per_row - 1 || (balance && c == n_chunks - 1)) {
+#if MVB_CURSORS
+            const int row = r0 + cur_row;
+#else
             const int row = r0 + lc / per_row;
+#endif
             const int s = sg.seg(row), lr = row - sg.first(s);
             const double sum = warp_sum_f64((acc[0] + acc[1]) + (acc[2] + acc[3]));
             if (lane == 0) {
@@ -2300,6 +2345,10 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
 #pragma unroll
             for (int a = 0; a < 4; ++a) acc[a] = 0.0;
         }
+#if MVB_CURSORS
+        if (++cur_in == per_row) cur_in = 0, cur_row += row_step;
+        if (++slot == stages) slot = 0, parity ^= 1u;
+#endif
     }
     if (!balance) return;
     __syncthreads();  // every part is in `parts`
