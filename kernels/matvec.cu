@@ -2413,6 +2413,11 @@ MATVEC_BULK(bf16, 2)
 // bytes), their scales as f32 (k / 32, padded to 16 bytes), warps × stages mbarriers, a chunk's
 // terms per warp (chunk / 544 rounded up to even, × 16).
 #define Q8S_GROUP_BLOCKS 16
+// 1: copies of whole groups only take a loop without the partial groups' bounds (an A/B switch
+// for SYNAPTIX_KERNEL_DEFINES; the same terms).
+#ifndef Q8S_WHOLE_PAIRS
+#define Q8S_WHOLE_PAIRS 1
+#endif
 // 1: launches with one copy a warp (the default ring) take a form of the kernel compiled for
 // it; 0: every launch takes the general form (an A/B switch for SYNAPTIX_KERNEL_DEFINES).
 #ifndef Q8S_FIXED
@@ -2536,6 +2541,31 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
         const u8* buf = ring + slot * chunk;
         const int n_groups = (bytes + Q8S_GROUP_BYTES - 1) / Q8S_GROUP_BYTES;
         const int g_first = in_row * chunk_groups;  // the chunk's first group in the row
+#if Q8S_WHOLE_PAIRS
+        if ((g_first + n_groups) * Q8S_GROUP_BLOCKS <= nb) {
+            // Whole groups only (all but a row's partial last group): lane b of half h takes block
+            // b of group j + h. Of an odd count, the second half recomputes group j's term for
+            // the missing group's slot, which the sum never reads.
+#pragma unroll 2
+            for (int j = 0; j < n_groups; j += 2) {
+                const int g = j + (j + half < n_groups ? half : 0);
+                const u8* grp = buf + g * Q8S_GROUP_BYTES;
+                const u8* ag = aq + (g_first + g) * 512 + 16 * b;
+                const uint4 w0 = *(const uint4*)(grp + 16 * b), w1 = *(const uint4*)(grp + 256 + 16 * b);
+                const uint4 a0 = *(const uint4*)ag, a1 = *(const uint4*)(ag + 256);
+                int s0 = mv_dp4a(w0.x, a0.x, 0), s1 = mv_dp4a(w1.x, a1.x, 0);
+                s0 = mv_dp4a(w0.y, a0.y, s0);
+                s1 = mv_dp4a(w1.y, a1.y, s1);
+                s0 = mv_dp4a(w0.z, a0.z, s0);
+                s1 = mv_dp4a(w1.z, a1.z, s1);
+                s0 = mv_dp4a(w0.w, a0.w, s0);
+                s1 = mv_dp4a(w1.w, a1.w, s1);
+                const float dw = f16_to_f32(load_u16(grp + 512 + 2 * b));
+                my_terms[j * Q8S_GROUP_BLOCKS + lane] =
+                    __fmul_rn((float)(s0 + s1), __fmul_rn(dw, ad[(g_first + g) * Q8S_GROUP_BLOCKS + b]));
+            }
+        } else
+#endif
 #pragma unroll 2
         for (int j = 0; j < n_groups; j += 2) {
             const int jj = j + half, gi = g_first + jj;
