@@ -439,7 +439,8 @@ fn q8s_row_bytes(cols: usize) -> usize {
 
 /// Whether an uploaded Q8_0 matrix of `rows × cols` gets a split copy (`SYNAPTIX_Q8_SPLIT`):
 /// by default those of at least [`Q8S_MIN_VALUES`] values in rows of at least
-/// [`Q8S_MIN_COLS`], and any with rows of at least [`Q8S_LONG_COLS`]; `N,C` those of at least N
+/// [`Q8S_MIN_COLS`], any with rows of at least [`Q8S_LONG_COLS`], tall ones
+/// ([`Q8S_TALL_VALUES`]) and huge ones ([`Q8S_HUGE_VALUES`]: output heads); `N,C` those of at least N
 /// values in rows of at least C instead; `0` none.
 fn q8s_wanted(rows: usize, cols: usize) -> bool {
     enum Rule {
@@ -468,6 +469,7 @@ fn q8s_wanted(rows: usize, cols: usize) -> bool {
             (rows * cols >= Q8S_MIN_VALUES && cols >= Q8S_MIN_COLS)
                 || cols >= Q8S_LONG_COLS
                 || (rows * cols >= Q8S_TALL_VALUES && cols >= Q8S_TALL_COLS && rows >= 2 * cols)
+                || (rows * cols >= Q8S_HUGE_VALUES && cols >= Q8S_HUGE_COLS)
         }
     }
 }
@@ -486,6 +488,10 @@ const Q8S_MIN_COLS: usize = 3072;
 const Q8S_LONG_COLS: usize = 8192;
 const Q8S_TALL_VALUES: usize = 10 << 20;
 const Q8S_TALL_COLS: usize = 1536;
+/// Output heads of small models: 0.5B's 151936×896 (136M values) split, tg128 1,355.7 / 1,356.6
+/// → 1,367.4 / 1,366.6 (and 1,358.3 → 1,367.4 in another machine session).
+const Q8S_HUGE_VALUES: usize = 100 << 20;
+const Q8S_HUGE_COLS: usize = 512;
 
 /// The split copy of a Q8_0 matrix for `matvec_q8s_bulk` (see [`DeviceMatrix::split`]), made
 /// on the GPU from the uploaded blocks, where the kernel applies (Q8_0, sm_90+, bulk kernels not
