@@ -2188,6 +2188,15 @@ MATVEC_FLOAT1(bf16, 2)
 #ifndef MVB_CURSORS
 #define MVB_CURSORS 1
 #endif
+// f64 sums per lane (products e of each word into sum e % MVB_ACCS: 4 or 8) and words per
+// unrolled step of the exact products' loop: A/B switches (the f64 sums of exact products give
+// the same bits in any grouping, as the tests check).
+#ifndef MVB_ACCS
+#define MVB_ACCS 4
+#endif
+#ifndef MVB_UNROLL
+#define MVB_UNROLL 2
+#endif
 template <int T>
 __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k,
                             const float* __restrict__ residual, int stages, int chunk, int pro,
@@ -2276,9 +2285,11 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
                             mvf_round16<T>(b.x) | mvf_round16<T>(b.y) << 16, mvf_round16<T>(b.z) | mvf_round16<T>(b.w) << 16);
     }
     __syncthreads();
-    // Four sums per lane (products e, e + 4 of each word into sum e % 4), so that consecutive
+    // MVB_ACCS sums per lane (product e of each word into sum e % MVB_ACCS), so that consecutive
     // products do not wait on one another's f64 additions; added pairwise at the row's end.
-    double acc[4] = {0.0, 0.0, 0.0, 0.0};
+    double acc[MVB_ACCS];
+#pragma unroll
+    for (int a = 0; a < MVB_ACCS; ++a) acc[a] = 0.0;
     int part_start = local(0);  // the local chunk this warp's current part of a row began at
 #if MVB_CURSORS
     int cur_row = balance ? first / per_row : warp, cur_in = balance ? first % per_row : 0;
@@ -2308,15 +2319,15 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
                 for (int e = 0; e < 8; ++e) fa[e] = __fmaf_rn(mv_weight_in<T>(wv, e), mv_weight_in<T>(xv, e), fa[e]);
             }
 #pragma unroll
-            for (int e = 0; e < 8; ++e) acc[e % 4] += (double)fa[e];
+            for (int e = 0; e < 8; ++e) acc[e % MVB_ACCS] += (double)fa[e];
         } else {
             // Every product (exact in f32) added in f64, as the CPU adds them (the default): the
             // tests' outputs are the CPU's bits.
-#pragma unroll 2
+#pragma unroll MVB_UNROLL
             for (int wi = lane; wi < bytes / 16; wi += WARP) {
                 const uint4 wv = words[wi], xv = x16[off / 16 + wi];
 #pragma unroll
-                for (int e = 0; e < 8; ++e) acc[e % 4] += (double)__fmul_rn(mv_weight_in<T>(wv, e), mv_weight_in<T>(xv, e));
+                for (int e = 0; e < 8; ++e) acc[e % MVB_ACCS] += (double)__fmul_rn(mv_weight_in<T>(wv, e), mv_weight_in<T>(xv, e));
             }
         }
         __syncwarp();
@@ -2335,7 +2346,10 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
             const int row = r0 + lc / per_row;
 #endif
             const int s = sg.seg(row), lr = row - sg.first(s);
-            const double sum = warp_sum_f64((acc[0] + acc[1]) + (acc[2] + acc[3]));
+            const double mine = MVB_ACCS == 4 ? (acc[0] + acc[1]) + (acc[2] + acc[3])
+                                              : ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+                                                    ((acc[4 % MVB_ACCS] + acc[5 % MVB_ACCS]) + (acc[6 % MVB_ACCS] + acc[7 % MVB_ACCS]));
+            const double sum = warp_sum_f64(mine);
             if (lane == 0) {
                 if (balance)
                     parts[part_start] = sum;
@@ -2343,7 +2357,7 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
                     sg.y(s)[lr] = mv_epilogue(__double2float_rn(sum), sg.bias(s), residual, lr, lr);
             }
 #pragma unroll
-            for (int a = 0; a < 4; ++a) acc[a] = 0.0;
+            for (int a = 0; a < MVB_ACCS; ++a) acc[a] = 0.0;
         }
 #if MVB_CURSORS
         if (++cur_in == per_row) cur_in = 0, cur_row += row_step;

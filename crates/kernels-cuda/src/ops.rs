@@ -2134,9 +2134,9 @@ pub fn rms_norm_matvec_short_many(
         // A block per SM where that leaves each warp at most SHORT_NORM_ROWS rows (their
         // weights requested before the PDL wait), more blocks otherwise.
         let most = MV_WARPS * SHORT_NORM_ROWS / if two { 2 } else { 1 };
-        let per_block = short_norm_block_rows()
-            .unwrap_or_else(|| rows.div_ceil(sm_count(dev)))
-            .clamp(1, most);
+        let per_block = rows
+            .div_ceil(sm_count(dev))
+            .clamp(1, short_norm_block_rows().unwrap_or(most).clamp(1, most));
         let (r32, c32, p32) = (
             i32_arg("matvec", "rows", rows)?,
             i32_arg("matvec", "cols", cols)?,
@@ -2175,8 +2175,8 @@ pub fn rms_norm_matvec_short_many(
 /// (SN_ROWS in kernels/matvec.cu): the most rows a warp gets.
 const SHORT_NORM_ROWS: usize = 4;
 
-/// `SYNAPTIX_SHORT_NORM_BLOCK_ROWS=N`: every `matvec_q8_short_norm_*` block takes N rows
-/// (at most the kernel's limit) instead of a share of the rows per SM (sweeps; same bits).
+/// `SYNAPTIX_SHORT_NORM_BLOCK_ROWS=N`: `matvec_q8_short_norm_*` blocks take at most N rows
+/// (and at most the kernel's limit) instead of at most the limit (sweeps; same bits).
 fn short_norm_block_rows() -> Option<usize> {
     static ROWS: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     *ROWS.get_or_init(|| {
