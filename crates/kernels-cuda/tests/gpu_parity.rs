@@ -1357,14 +1357,14 @@ fn rms_norm_matvec_many_matches_norm_then_matvec() {
 /// normalises and quantizes its own 32-value block) gives bit for bit the fused norm +
 /// quantization followed by `matvec_many`: Q/K/V-like parts with biases at Qwen2.5 0.5B's width,
 /// gate/up, Q8_1 formats, mixed formats (a launch per run), a row with a block of zeros (scale
-/// 0), rows of two blocks a lane (1.5B's Q/K/V, 2048, a partial second block); longer rows and
-/// other formats are refused.
+/// 0), rows of two blocks a lane (1.5B's Q/K/V, 2048, a partial second block), a NaN inside a
+/// block (C's running maximum after it); longer rows and other formats are refused.
 #[test]
 fn rms_norm_matvec_short_many_matches_norm_then_matvec() {
     let Some((dev, mut rng)) = device() else {
         return;
     };
-    let cases: [(usize, &[(DType, usize)]); 9] = [
+    let cases: [(usize, &[(DType, usize)]); 10] = [
         (
             896,
             &[(DType::Q8_0, 896), (DType::Q8_0, 128), (DType::Q8_0, 128)],
@@ -1383,13 +1383,18 @@ fn rms_norm_matvec_short_many_matches_norm_then_matvec() {
         ),
         (2048, &[(DType::Q4_1, 300), (DType::Q5_0, 200)]),
         (1056, &[(DType::Q5_1, 129)]),
+        (896, &[(DType::Q8_0, 64)]),
     ];
     for (n, (cols, mats)) in cases.into_iter().enumerate() {
         let mut x = activations(&mut rng, 1, cols);
         if n == 0 {
             x[32..64].fill(0.0);
         }
-        let g = rng.vec(cols, 1.0);
+        let mut g = rng.vec(cols, 1.0);
+        if n == 9 {
+            // A NaN inside block 1 (element 8): its scale comes from the values after it.
+            g[40] = f32::NAN;
+        }
         let (dx, dg) = (dev.upload(&x).unwrap(), dev.upload(&g).unwrap());
         let (weights, biases) = random_matrices(&dev, &mut rng, mats, cols);
         let run = |fused: bool| -> Vec<Vec<u32>> {
