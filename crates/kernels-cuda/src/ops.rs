@@ -2111,18 +2111,24 @@ pub fn rms_norm_matvec_short_many(
         }
         .check(p.w.rows, p.y.len())?;
     }
-    let eps_arg = eps;
     let mut at = 0;
     while at < parts.len() {
         let dtype = parts[at].w.dtype;
+        let Some(name) = short_norm_suffix(dtype) else {
+            return Err(CudaError::Invalid {
+                op: "rms_norm_matvec_short_many",
+                detail: format!("{dtype} weights"),
+            });
+        };
         let mut end = at + 1;
         if !many_disabled() {
             while end < parts.len() && end - at < 3 && parts[end].w.dtype == dtype {
                 end += 1;
             }
         }
-        let (first, rest) = parts[at..end].split_first_mut().expect("a non-empty run");
-        let name = short_norm_suffix(dtype).expect("checked above");
+        let Some((first, rest)) = parts[at..end].split_first_mut() else {
+            break;
+        };
         let two = cols > 1024;
         let kernel = if two {
             "matvec_q8_short_norm2"
@@ -2147,7 +2153,7 @@ pub fn rms_norm_matvec_short_many(
             .arg(&first.w.data)
             .arg(x)
             .arg(norm)
-            .arg(eps_arg)
+            .arg(eps)
             .arg(r32)
             .arg(c32)
             .arg(p32)
