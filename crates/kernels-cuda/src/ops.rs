@@ -1468,13 +1468,8 @@ pub fn rms_norm_matvec_many(
     if !applies {
         return Ok(false);
     }
+    check_one_row_parts(parts)?;
     for p in parts.iter() {
-        check_matvec(p.w, p.y.len(), 1)?;
-        Epilogue {
-            bias: p.bias,
-            residual: None,
-        }
-        .check(p.w.rows, p.y.len())?;
         if !rows_kernel_fits(dev, p.w.dtype, cols)? {
             return Ok(false);
         }
@@ -1487,12 +1482,7 @@ pub fn rms_norm_matvec_many(
     let mut at = 0;
     while at < parts.len() {
         let dtype = parts[at].w.dtype;
-        let mut end = at + 1;
-        if mv_rows_multi(dtype) && !rows_long(cols) && !many_disabled() {
-            while end < parts.len() && end - at < 3 && parts[end].w.dtype == dtype {
-                end += 1;
-            }
-        }
+        let end = format_run_end(parts, at, mv_rows_multi(dtype) && !rows_long(cols));
         let (first, rest) = parts[at..end].split_first_mut().expect("a non-empty run");
         let epi = Epilogue {
             bias: first.bias,
@@ -2016,6 +2006,27 @@ fn check_row_parts<'a>(first: &MatvecPart<'a>, rest: &[MatvecPart]) -> Result<Ep
     })
 }
 
+/// Checks the outputs and biases of every part of a one-row product.
+fn check_one_row_parts(parts: &[MatvecPart]) -> Result<()> {
+    match parts.split_first() {
+        Some((first, rest)) => check_row_parts(first, rest).map(|_| ()),
+        None => Ok(()),
+    }
+}
+
+/// The end of the run of parts from `at` that share one launch: up to three of one format where
+/// the kernel takes several (`shared`) and shared launches are not switched off, else one.
+fn format_run_end(parts: &[MatvecPart], at: usize, shared: bool) -> usize {
+    let dtype = parts[at].w.dtype;
+    let mut end = at + 1;
+    if shared && !many_disabled() {
+        while end < parts.len() && end - at < 3 && parts[end].w.dtype == dtype {
+            end += 1;
+        }
+    }
+    end
+}
+
 /// The first matrix of `parts` and the others, where one launch can take them all (at most
 /// three, and shared launches not switched off); None otherwise.
 fn one_launch_parts<'p, 'a>(
@@ -2103,14 +2114,7 @@ pub fn rms_norm_matvec_short_many(
     if !applies {
         return Ok(false);
     }
-    for p in parts.iter() {
-        check_matvec(p.w, p.y.len(), 1)?;
-        Epilogue {
-            bias: p.bias,
-            residual: None,
-        }
-        .check(p.w.rows, p.y.len())?;
-    }
+    check_one_row_parts(parts)?;
     let mut at = 0;
     while at < parts.len() {
         let dtype = parts[at].w.dtype;
@@ -2120,12 +2124,7 @@ pub fn rms_norm_matvec_short_many(
                 detail: format!("{dtype} weights"),
             });
         };
-        let mut end = at + 1;
-        if !many_disabled() {
-            while end < parts.len() && end - at < 3 && parts[end].w.dtype == dtype {
-                end += 1;
-            }
-        }
+        let end = format_run_end(parts, at, true);
         let Some((first, rest)) = parts[at..end].split_first_mut() else {
             break;
         };

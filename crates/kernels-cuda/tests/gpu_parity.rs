@@ -1319,34 +1319,11 @@ fn rms_norm_matvec_many_matches_norm_then_matvec() {
         let g = rng.vec(cols, 1.0);
         let (dx, dg) = (dev.upload(&x).unwrap(), dev.upload(&g).unwrap());
         let (weights, biases) = random_matrices(&dev, &mut rng, mats, cols);
-        let run = |fused: bool| -> Vec<Vec<u32>> {
-            let mut ys: Vec<DeviceBuffer<f32>> =
-                weights.iter().map(|w| poisoned(&dev, w.rows)).collect();
-            let mut parts = matvec_parts(&mut ys, &weights, &biases);
-            if fused {
-                assert!(ops::rms_norm_matvec_many(&dev, &mut parts, &dx, &dg, 1e-6).unwrap());
-            } else {
-                // The path the fused op replaces, per format (each format its own activations).
-                let mut normed = poisoned(&dev, cols);
-                ops::rms_norm(&dev, &mut normed, &dx, &dg, 1e-6).unwrap();
-                for p in parts.iter_mut() {
-                    let mut acts = ops::DeviceActs::new(&dev, p.w.dtype, 1, cols).unwrap();
-                    ops::quantize_acts(&dev, &mut acts, &normed).unwrap();
-                    ops::matvec_many(&dev, std::slice::from_mut(p), &normed, Some(&acts)).unwrap();
-                }
-            }
-            drop(parts);
-            ys.iter()
-                .map(|y| {
-                    dev.download(y)
-                        .unwrap()
-                        .iter()
-                        .map(|v| v.to_bits())
-                        .collect()
-                })
-                .collect()
-        };
-        let (got, want) = (run(true), run(false));
+        let run = |fused| norm_product_bits(&dev, &weights, &biases, (&dx, &dg), fused);
+        let (got, want) = (
+            run(Some(ops::rms_norm_matvec_many as ops::NormedMatvec)),
+            run(None),
+        );
         assert_same_outputs(&got, &want, &format!("cols {cols} {mats:?}"));
     }
     // Rows that are not whole super-blocks: not taken, nothing written.
@@ -1397,33 +1374,11 @@ fn rms_norm_matvec_short_many_matches_norm_then_matvec() {
         }
         let (dx, dg) = (dev.upload(&x).unwrap(), dev.upload(&g).unwrap());
         let (weights, biases) = random_matrices(&dev, &mut rng, mats, cols);
-        let run = |fused: bool| -> Vec<Vec<u32>> {
-            let mut ys: Vec<DeviceBuffer<f32>> =
-                weights.iter().map(|w| poisoned(&dev, w.rows)).collect();
-            let mut parts = matvec_parts(&mut ys, &weights, &biases);
-            if fused {
-                assert!(ops::rms_norm_matvec_short_many(&dev, &mut parts, &dx, &dg, 1e-6).unwrap());
-            } else {
-                let mut normed = poisoned(&dev, cols);
-                ops::rms_norm(&dev, &mut normed, &dx, &dg, 1e-6).unwrap();
-                for p in parts.iter_mut() {
-                    let mut acts = ops::DeviceActs::new(&dev, p.w.dtype, 1, cols).unwrap();
-                    ops::quantize_acts(&dev, &mut acts, &normed).unwrap();
-                    ops::matvec_many(&dev, std::slice::from_mut(p), &normed, Some(&acts)).unwrap();
-                }
-            }
-            drop(parts);
-            ys.iter()
-                .map(|y| {
-                    dev.download(y)
-                        .unwrap()
-                        .iter()
-                        .map(|v| v.to_bits())
-                        .collect()
-                })
-                .collect()
-        };
-        let (got, want) = (run(true), run(false));
+        let run = |fused| norm_product_bits(&dev, &weights, &biases, (&dx, &dg), fused);
+        let (got, want) = (
+            run(Some(ops::rms_norm_matvec_short_many as ops::NormedMatvec)),
+            run(None),
+        );
         assert_same_outputs(&got, &want, &format!("cols {cols} {mats:?}"));
     }
     assert_norm_product_refused(
@@ -1440,6 +1395,41 @@ fn rms_norm_matvec_short_many_matches_norm_then_matvec() {
         DType::Q4K,
         1024,
     );
+}
+
+/// The bits of each matrix's outputs for one row `x` normalised by `g` (eps 1e-6): through
+/// `fused` (a product with the norm inside, which must take the parts), or with None through the
+/// path it replaces (RMSNorm, then each part's own activations and `matvec_many`).
+fn norm_product_bits(
+    dev: &CudaDevice,
+    weights: &[DeviceMatrix],
+    biases: &[DeviceBuffer<f32>],
+    (x, g): (&DeviceBuffer<f32>, &DeviceBuffer<f32>),
+    fused: Option<ops::NormedMatvec>,
+) -> Vec<Vec<u32>> {
+    let mut ys: Vec<DeviceBuffer<f32>> = weights.iter().map(|w| poisoned(dev, w.rows)).collect();
+    let mut parts = matvec_parts(&mut ys, weights, biases);
+    if let Some(product) = fused {
+        assert!(product(dev, &mut parts, x, g, 1e-6).unwrap());
+    } else {
+        let mut normed = poisoned(dev, x.len());
+        ops::rms_norm(dev, &mut normed, x, g, 1e-6).unwrap();
+        for p in parts.iter_mut() {
+            let mut acts = ops::DeviceActs::new(dev, p.w.dtype, 1, x.len()).unwrap();
+            ops::quantize_acts(dev, &mut acts, &normed).unwrap();
+            ops::matvec_many(dev, std::slice::from_mut(p), &normed, Some(&acts)).unwrap();
+        }
+    }
+    drop(parts);
+    ys.iter()
+        .map(|y| {
+            dev.download(y)
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect()
+        })
+        .collect()
 }
 
 /// Panics unless every matrix's outputs (`got[i]`, `want[i]`: f32 bits) are the same.
