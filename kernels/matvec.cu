@@ -2188,15 +2188,6 @@ MATVEC_FLOAT1(bf16, 2)
 #ifndef MVB_CURSORS
 #define MVB_CURSORS 1
 #endif
-// f64 sums per lane (products e of each word into sum e % MVB_ACCS: 4 or 8) and words per
-// unrolled step of the exact products' loop: A/B switches (the f64 sums of exact products give
-// the same bits in any grouping, as the tests check).
-#ifndef MVB_ACCS
-#define MVB_ACCS 4
-#endif
-#ifndef MVB_UNROLL
-#define MVB_UNROLL 2
-#endif
 template <int T>
 __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k,
                             const float* __restrict__ residual, int stages, int chunk, int pro,
@@ -2285,11 +2276,9 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
                             mvf_round16<T>(b.x) | mvf_round16<T>(b.y) << 16, mvf_round16<T>(b.z) | mvf_round16<T>(b.w) << 16);
     }
     __syncthreads();
-    // MVB_ACCS sums per lane (product e of each word into sum e % MVB_ACCS), so that consecutive
+    // Four sums per lane (products e, e + 4 of each word into sum e % 4), so that consecutive
     // products do not wait on one another's f64 additions; added pairwise at the row's end.
-    double acc[MVB_ACCS];
-#pragma unroll
-    for (int a = 0; a < MVB_ACCS; ++a) acc[a] = 0.0;
+    double acc[4] = {0.0, 0.0, 0.0, 0.0};
     int part_start = local(0);  // the local chunk this warp's current part of a row began at
 #if MVB_CURSORS
     int cur_row = balance ? first / per_row : warp, cur_in = balance ? first % per_row : 0;
@@ -2319,15 +2308,15 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
                 for (int e = 0; e < 8; ++e) fa[e] = __fmaf_rn(mv_weight_in<T>(wv, e), mv_weight_in<T>(xv, e), fa[e]);
             }
 #pragma unroll
-            for (int e = 0; e < 8; ++e) acc[e % MVB_ACCS] += (double)fa[e];
+            for (int e = 0; e < 8; ++e) acc[e % 4] += (double)fa[e];
         } else {
             // Every product (exact in f32) added in f64, as the CPU adds them (the default): the
             // tests' outputs are the CPU's bits.
-#pragma unroll MVB_UNROLL
+#pragma unroll 2
             for (int wi = lane; wi < bytes / 16; wi += WARP) {
                 const uint4 wv = words[wi], xv = x16[off / 16 + wi];
 #pragma unroll
-                for (int e = 0; e < 8; ++e) acc[e % MVB_ACCS] += (double)__fmul_rn(mv_weight_in<T>(wv, e), mv_weight_in<T>(xv, e));
+                for (int e = 0; e < 8; ++e) acc[e % 4] += (double)__fmul_rn(mv_weight_in<T>(wv, e), mv_weight_in<T>(xv, e));
             }
         }
         __syncwarp();
@@ -2346,10 +2335,7 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
             const int row = r0 + lc / per_row;
 #endif
             const int s = sg.seg(row), lr = row - sg.first(s);
-            const double mine = MVB_ACCS == 4 ? (acc[0] + acc[1]) + (acc[2] + acc[3])
-                                              : ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
-                                                    ((acc[4 % MVB_ACCS] + acc[5 % MVB_ACCS]) + (acc[6 % MVB_ACCS] + acc[7 % MVB_ACCS]));
-            const double sum = warp_sum_f64(mine);
+            const double sum = warp_sum_f64((acc[0] + acc[1]) + (acc[2] + acc[3]));
             if (lane == 0) {
                 if (balance)
                     parts[part_start] = sum;
@@ -2357,7 +2343,7 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
                     sg.y(s)[lr] = mv_epilogue(__double2float_rn(sum), sg.bias(s), residual, lr, lr);
             }
 #pragma unroll
-            for (int a = 0; a < MVB_ACCS; ++a) acc[a] = 0.0;
+            for (int a = 0; a < 4; ++a) acc[a] = 0.0;
         }
 #if MVB_CURSORS
         if (++cur_in == per_row) cur_in = 0, cur_row += row_step;
@@ -2437,6 +2423,15 @@ MATVEC_BULK(bf16, 2)
 #ifndef Q8S_FIXED
 #define Q8S_FIXED 1
 #endif
+// Launches with the default ring and rows of at most this many values take `matvec_q8p`
+// (several rows' sums in flight a warp), longer rows `matvec_q8s`; 0: never `matvec_q8p` (an
+// A/B switch for SYNAPTIX_KERNEL_DEFINES; the same bits either way). On the H200 (cold GB/s,
+// `matvec_q8s` → `matvec_q8p`): 151936×896 2,873 → 3,689 and 17920×1536 2,657 → 2,728, but
+// 37888×3584 3,839 → 3,757 and 152064×3584 4,147 → 4,075; tg128 0.5B Q8_0 (its head)
+// 1,362.5 → 1,385.3, 1.5B Q8_0 807.6 / 808.7 → 806.6 / 806.7, 7B 347.6 / 347.3 → 341.7 / 341.6.
+#ifndef Q8S_PIECES
+#define Q8S_PIECES 1024
+#endif
 #define Q8S_GROUP_BYTES 544
 __device__ __forceinline__ int q8s_row_bytes(int k) {
     const int nb = k / 32, r = nb % Q8S_GROUP_BLOCKS;
@@ -2467,6 +2462,45 @@ extern "C" __global__ void q8_0_split(u8* __restrict__ out, const u8* __restrict
 }
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+// The activation row of `matvec_q8s` / `matvec_q8p` into shared memory in the split layout:
+// quants at `aq` (k bytes: each group of 16 blocks as its blocks' first halves, then their second
+// halves), scales at `ad` as f32. With `x`, the block normalises the raw row x with weight `nw`
+// (`matvec_bulk`'s RMSNorm prologue: rms_norm_f32's operations) and quantizes it to Q8_0 a block
+// at a time (quantize.cu's arithmetic), d as the f16 the CPU stores; otherwise it rearranges the
+// quantized row `acts` (Q8_0 metadata at `meta`: half bits of d first). Every thread of the block
+// calls it; the caller synchronises the block before reading.
+__device__ __forceinline__ void q8s_acts_to_shared(u8* aq, float* ad, const u8* __restrict__ acts, i64 meta, int k,
+                                                   const float* __restrict__ x, const float* __restrict__ nw,
+                                                   float eps) {
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, n_warps = blockDim.x / WARP;
+    const int nb = k / 32;
+    if (x) {
+        double ss = 0.0;
+        for (int i = threadIdx.x; i < k / 4; i += blockDim.x) {
+            const float4 v = ((const float4*)x)[i];
+            ss += (double)__fmul_rn(v.x, v.x) + (double)__fmul_rn(v.y, v.y) + (double)__fmul_rn(v.z, v.z) +
+                  (double)__fmul_rn(v.w, v.w);
+        }
+        ss = block_sum_f64(ss);
+        const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / (double)k), eps)));
+        for (int bb = warp; bb < nb; bb += n_warps) {
+            const int e = bb * 32 + lane;
+            float d;
+            const i8 q = quantize_q8_32_lane(__fmul_rn(__fmul_rn(x[e], scale), nw[e]), d);
+            const int gi = bb / Q8S_GROUP_BLOCKS, nbg = min(Q8S_GROUP_BLOCKS, nb - gi * Q8S_GROUP_BLOCKS);
+            aq[gi * 512 + (lane / 16) * nbg * 16 + (bb % Q8S_GROUP_BLOCKS) * 16 + lane % 16] = (u8)q;
+            if (lane == 0) ad[bb] = f16_to_f32(q8_f32_to_f16(d));
+        }
+    } else {
+        for (int u = threadIdx.x; u < k / 16; u += blockDim.x) {
+            const int gi = u / 32, b = (u % 32) / 2, h = u % 2;
+            const int nbg = min(Q8S_GROUP_BLOCKS, nb - gi * Q8S_GROUP_BLOCKS);
+            ((uint4*)aq)[gi * 32 + h * nbg + b] = ((const uint4*)acts)[u];
+        }
+        for (int i = threadIdx.x; i < nb; i += blockDim.x) ad[i] = f16_to_f32(load_u16(acts + meta + 8 * (i64)i));
+    }
+}
+
 // ST > 0: the ring's copies a warp (`stages`) fixed at compile time (no divisions by it per
 // copy); 0: read from `stages_arg`.
 template <int ST>
@@ -2513,36 +2547,7 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
     }
     PDL_WAIT();
     PDL_TRIGGER();
-    if (x) {
-        // The row normalised here (`matvec_bulk`'s RMSNorm prologue: rms_norm_f32's operations)
-        // and quantized to Q8_0 by the warps, a block at a time (quantize.cu's arithmetic),
-        // straight into the groups' halves arrangement; d as the f16 the CPU stores.
-        double ss = 0.0;
-        for (int i = threadIdx.x; i < k / 4; i += blockDim.x) {
-            const float4 v = ((const float4*)x)[i];
-            ss += (double)__fmul_rn(v.x, v.x) + (double)__fmul_rn(v.y, v.y) + (double)__fmul_rn(v.z, v.z) +
-                  (double)__fmul_rn(v.w, v.w);
-        }
-        ss = block_sum_f64(ss);
-        const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / (double)k), eps)));
-        for (int bb = warp; bb < nb; bb += n_warps) {
-            const int e = bb * 32 + lane;
-            float d;
-            const i8 q = quantize_q8_32_lane(__fmul_rn(__fmul_rn(x[e], scale), nw[e]), d);
-            const int gi = bb / Q8S_GROUP_BLOCKS, nbg = min(Q8S_GROUP_BLOCKS, nb - gi * Q8S_GROUP_BLOCKS);
-            aq[gi * 512 + (lane / 16) * nbg * 16 + (bb % Q8S_GROUP_BLOCKS) * 16 + lane % 16] = (u8)q;
-            if (lane == 0) ad[bb] = f16_to_f32(q8_f32_to_f16(d));
-        }
-    } else {
-        // The quantized row: 16-byte units of quants to the groups' halves arrangement, scales
-        // to f32 (Q8_0 metadata: half bits of d first).
-        for (int u = threadIdx.x; u < k / 16; u += blockDim.x) {
-            const int gi = u / 32, b = (u % 32) / 2, h = u % 2;
-            const int nbg = min(Q8S_GROUP_BLOCKS, nb - gi * Q8S_GROUP_BLOCKS);
-            ((uint4*)aq)[gi * 32 + h * nbg + b] = ((const uint4*)acts)[u];
-        }
-        for (int i = threadIdx.x; i < nb; i += blockDim.x) ad[i] = f16_to_f32(load_u16(acts + meta + 8 * (i64)i));
-    }
+    q8s_acts_to_shared(aq, ad, acts, meta, k, x, nw, eps);
     __syncthreads();
     float acc = 0.0f;  // lane 0: the current row's sum
     int row = warp, in_row = 0;
@@ -2627,6 +2632,134 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
         }
     }
 }
+
+// The split-copy kernel for its default ring (one copy of four 544-byte slots a warp), with
+// several rows' sums in flight: a warp takes its rows (as `matvec_q8s` deals them) in sets of up
+// to Q8P_PIECES, and streams a set of m rows as m × n_groups pieces, piece p being group p / m
+// of the set's row p % m (so each row's groups come in order), Q8P_PIECES pieces a copy (lanes 0
+// .. 3 each copy one piece into its slot; a copy never crosses sets). The terms are
+// `matvec_q8s`'s; then lane s < m adds the copy's pieces of row s to that row's sum, in group
+// order: the CPU's bits, with the serial sum of a copy's 64 terms shared by up to four lanes
+// instead of one (the kernel is issue-bound: eighteenth pass).
+#define Q8P_PIECES 4
+// floor(p / m) for m in 1 .. 4 and 0 <= p < 65536.
+__device__ __forceinline__ int q8p_div(int p, int m) { return m == 3 ? (p * 43691) >> 17 : p >> (m >> 1); }
+
+__device__ void matvec_q8p(const mv_segs sg, const u8* __restrict__ acts, i64 meta, int k,
+                           const float* __restrict__ residual, const float* __restrict__ x,
+                           const float* __restrict__ nw, float eps) {
+    extern __shared__ uint4 mvb_smem[];
+    constexpr int P = Q8P_PIECES, CHUNK = P * Q8S_GROUP_BYTES;
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, n_warps = blockDim.x / WARP;
+    const int nb = k / 32, row_bytes = q8s_row_bytes(k);
+    const int n_groups = (nb + Q8S_GROUP_BLOCKS - 1) / Q8S_GROUP_BLOCKS;
+    const int last_nbg = nb - (n_groups - 1) * Q8S_GROUP_BLOCKS;  // blocks of a row's last group
+    const u32 last_bytes = (u32)(row_bytes - (n_groups - 1) * Q8S_GROUP_BYTES);
+    // `matvec_q8s`'s shared memory with one copy of four groups a warp.
+    u8* ring = (u8*)mvb_smem + (size_t)warp * CHUNK;
+    u8* aq = (u8*)mvb_smem + (size_t)n_warps * CHUNK;
+    float* ad = (float*)(aq + k);
+    u8* tail = aq + k + ((nb * 4 + 15) & ~15);
+    const u32 bar = (u32)__cvta_generic_to_shared(tail) + 8u * warp;
+    float* my_terms = (float*)(tail + 8 * n_warps) + warp * P * Q8S_GROUP_BLOCKS;
+    const u32 ring_s = (u32)__cvta_generic_to_shared(ring);
+    const int G = gridDim.x, n = sg.n_out;
+    const int r0 = (int)((i64)blockIdx.x * n / G), r1 = (int)((i64)(blockIdx.x + 1) * n / G);
+    const int my_rows = r1 - r0 > warp ? (r1 - r0 - warp + n_warps - 1) / n_warps : 0;
+    // The next copy to issue: its set's first row (of the warp's) and its index in the set.
+    int next_first = 0, next_in = 0;
+    // Every lane calls it: lane q < P copies piece q of the next copy, lane 0 arms the barrier
+    // with the copy's bytes.
+    auto issue_next = [&]() {
+        const int m = min(P, my_rows - next_first), p = next_in * P + lane;
+        u32 bytes = 0;
+        const u8* src = nullptr;
+        if (lane < P && p < m * n_groups) {
+            const int g = q8p_div(p, m), row = r0 + warp + (next_first + p - g * m) * n_warps;
+            const int s = sg.seg(row);
+            src = sg.w(s) + (i64)(row - sg.first(s)) * row_bytes + (i64)g * Q8S_GROUP_BYTES;
+            bytes = g == n_groups - 1 ? last_bytes : (u32)Q8S_GROUP_BYTES;
+        }
+        const u32 total = __reduce_add_sync(0xffffffffu, bytes);
+        if (lane == 0) mvb_expect(bar, total);
+        __syncwarp();
+        if (bytes) mvb_copy(ring_s + lane * Q8S_GROUP_BYTES, src, bytes, bar);
+        if (++next_in == (m * n_groups + P - 1) / P) {
+            next_in = 0;
+            next_first += P;
+        }
+    };
+    if (lane == 0) {
+        mvb_bar_init(bar);
+        mvb_fence_init();
+    }
+    __syncwarp();
+    if (my_rows > 0) issue_next();
+    PDL_WAIT();
+    PDL_TRIGGER();
+    q8s_acts_to_shared(aq, ad, acts, meta, k, x, nw, eps);
+    __syncthreads();
+    float acc = 0.0f;  // lane s < m: the sum of the set's row s
+    const int half = lane >> 4, b = lane & 15;
+    u32 phase = 0;
+    for (int first = 0; first < my_rows; first += P) {
+        const int m = min(P, my_rows - first), n_pieces = m * n_groups;
+        acc = 0.0f;
+        for (int p0 = 0; p0 < n_pieces; p0 += P) {
+            mvb_wait(bar, phase);
+            phase ^= 1u;
+            // Lane b of half h: block b of piece 2t + h. A slot past the set's pieces, or a
+            // block past its group's, recomputes block 0 of piece 0 and stores a zero.
+#pragma unroll
+            for (int t = 0; t < P / 2; ++t) {
+                const int q = 2 * t + half, p = p0 + q;
+                const int g = q8p_div(p, m), nbg = g == n_groups - 1 ? last_nbg : Q8S_GROUP_BLOCKS;
+                const bool valid = p < n_pieces && b < nbg;
+                const int vq = valid ? q : 0, vb = valid ? b : 0;
+                const int vg = valid ? g : q8p_div(p0, m);
+                const int vn = vg == n_groups - 1 ? last_nbg : Q8S_GROUP_BLOCKS;
+                const u8* grp = ring + vq * Q8S_GROUP_BYTES;
+                const u8* ag = aq + vg * 512 + 16 * vb;
+                const uint4 w0 = *(const uint4*)(grp + 16 * vb), w1 = *(const uint4*)(grp + 16 * (vn + vb));
+                const uint4 a0 = *(const uint4*)ag, a1 = *(const uint4*)(ag + 16 * vn);
+                int s0 = mv_dp4a(w0.x, a0.x, 0), s1 = mv_dp4a(w1.x, a1.x, 0);
+                s0 = mv_dp4a(w0.y, a0.y, s0);
+                s1 = mv_dp4a(w1.y, a1.y, s1);
+                s0 = mv_dp4a(w0.z, a0.z, s0);
+                s1 = mv_dp4a(w1.z, a1.z, s1);
+                s0 = mv_dp4a(w0.w, a0.w, s0);
+                s1 = mv_dp4a(w1.w, a1.w, s1);
+                const float dw = f16_to_f32(load_u16(grp + 32 * vn + 2 * vb));
+                const float term = __fmul_rn((float)(s0 + s1), __fmul_rn(dw, ad[vg * Q8S_GROUP_BLOCKS + vb]));
+                my_terms[q * Q8S_GROUP_BLOCKS + b] = valid ? term : 0.0f;
+            }
+            __syncwarp();
+            if (next_first < my_rows) {
+                if (lane < P) mvb_fence_reuse();  // our reads, then the copy's writes
+                issue_next();
+            }
+            // Lane s adds its row's pieces of this copy: slots q with (p0 + q) % m == s.
+            if (lane < m) {
+                const int s0 = p0 - q8p_div(p0, m) * m;
+                const int n_here = min(P, n_pieces - p0);
+                for (int q = lane >= s0 ? lane - s0 : lane - s0 + m; q < n_here; q += m) {
+                    const float4* t4 = (const float4*)(my_terms + q * Q8S_GROUP_BLOCKS);
+#pragma unroll
+                    for (int i = 0; i < Q8S_GROUP_BLOCKS / 4; ++i) {
+                        const float4 tv = t4[i];
+                        acc = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(acc, tv.x), tv.y), tv.z), tv.w);
+                    }
+                    if (q8p_div(p0 + q, m) == n_groups - 1) {
+                        const int grow = r0 + warp + (first + lane) * n_warps, sgi = sg.seg(grow);
+                        const int lr = grow - sg.first(sgi);
+                        sg.y(sgi)[lr] = mv_epilogue(acc, sg.bias(sgi), residual, lr, lr);
+                    }
+                }
+            }
+            __syncwarp();  // the terms are read before they are rewritten
+        }
+    }
+}
 #endif
 
 extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 1)
@@ -2635,7 +2768,9 @@ extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 1)
                     const float* x, const float* nw, float eps) {
     PDL_WAITS_INSIDE();
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-    if (Q8S_FIXED && stages == 1)
+    if (k <= Q8S_PIECES && stages == 1 && chunk == Q8P_PIECES * Q8S_GROUP_BYTES)
+        matvec_q8p(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, x, nw, eps);
+    else if (Q8S_FIXED && stages == 1)
         matvec_q8s<1>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw, eps);
     else
         matvec_q8s<0>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw, eps);

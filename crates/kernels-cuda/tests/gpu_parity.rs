@@ -1479,15 +1479,19 @@ fn assert_norm_product_refused(
 /// RMSNorm inside the Q8_0 split-copy kernel (`ops::rms_norm_matvec_q8s_many`: each block
 /// normalises and quantizes the row itself) gives bit for bit the separate norm, quantization
 /// and products on the stored blocks (the row and tile kernels): gate and up of Qwen2.5 7B's
-/// width, Q/K/V-like parts with biases, rows with a partial last group (2080, 8448); matrices
-/// without split copies are refused.
+/// width, Q/K/V-like parts with biases, rows with a partial last group (2080, 8448), 6-7 rows a
+/// warp (2 × 13,000 of 2080: sets of several rows where `matvec_q8p` takes them) and 0.5B's
+/// output head (151,936 × 896, `matvec_q8p` by default); matrices without split copies are
+/// refused.
 #[test]
 fn rms_norm_matvec_q8s_many_matches_norm_then_matvec() {
     let Some((dev, mut rng)) = device() else {
         return;
     };
-    let cases: [(usize, &[(DType, usize)]); 4] = [
+    let cases: [(usize, &[(DType, usize)]); 6] = [
         (3584, &[(DType::Q8_0, 4000), (DType::Q8_0, 4000)]),
+        (2080, &[(DType::Q8_0, 13000), (DType::Q8_0, 13000)]),
+        (896, &[(DType::Q8_0, 151936)]),
         (
             3584,
             &[(DType::Q8_0, 896), (DType::Q8_0, 128), (DType::Q8_0, 128)],
@@ -1500,6 +1504,10 @@ fn rms_norm_matvec_q8s_many_matches_norm_then_matvec() {
         let g = rng.vec(cols, 1.0);
         let (dx, dg) = (dev.upload(&x).unwrap(), dev.upload(&g).unwrap());
         let (mut weights, biases) = random_matrices(&dev, &mut rng, mats, cols);
+        // Output heads get split copies at upload: set them aside for the separate ops.
+        for w in weights.iter_mut() {
+            w.split = None;
+        }
         let download = |ys: &[DeviceBuffer<f32>]| -> Vec<Vec<u32>> {
             ys.iter()
                 .map(|y| {
@@ -1641,14 +1649,22 @@ fn matvec_many_matches_separate_products() {
     let Some((dev, mut rng)) = device() else {
         return;
     };
-    // Q8_0 rows of 2048 values or more from split copies on Hopper (matvec_q8s_bulk): 3584 one
-    // copy per row, 8448 three (the last group partial).
-    let cases: [(DType, usize, &[usize]); 13] = [
+    // Q8_0 rows of 2048 values or more, and launches of 40,000 rows or more, from split copies
+    // on Hopper (matvec_q8s_bulk): 3584 one copy per row, 8448 three (the last group partial).
+    // 7B's gate and up (2 × 18944 × 3584: 8-9 rows a warp, sets of 4, 4 and 1 rows where
+    // `matvec_q8p` takes them: `SYNAPTIX_KERNEL_DEFINES=Q8S_PIECES=65536`), 26,344 rows of 2080
+    // (6-7 rows a warp: sets of 2 and 3 rows, a last group of one block, sets crossing into the
+    // second matrix) and 50,000 rows of 896 (`matvec_q8p` by default: 11-12 rows a warp, a last
+    // group of 12 blocks).
+    let cases: [(DType, usize, &[usize]); 16] = [
         (DType::Q5_0, 896, &[896, 128, 128]),
         (DType::Q8_0, 896, &[4864, 4864]),
         (DType::Q8_0, 1536, &[1536, 256, 256]),
         (DType::Q8_0, 3584, &[3584, 512, 512]),
         (DType::Q8_0, 8448, &[700, 300]),
+        (DType::Q8_0, 3584, &[18944, 18944]),
+        (DType::Q8_0, 2080, &[13000, 13344]),
+        (DType::Q8_0, 896, &[30000, 20000]),
         (DType::Q4_0, 3584, &[9472, 9472]),
         (DType::Q4_1, 2048, &[700, 300]),
         (DType::Q4K, 1536, &[1536, 256, 256]),
@@ -1681,7 +1697,7 @@ fn matvec_many_matches_separate_products() {
                     .collect::<Vec<f32>>(),
             );
             let mut m = DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap();
-            if dtype == DType::Q8_0 && cols >= 2048 {
+            if dtype == DType::Q8_0 && (cols >= 2048 || heights.iter().sum::<usize>() >= 40_000) {
                 m.split_copy(&dev).unwrap();
             }
             mats.push(m);
