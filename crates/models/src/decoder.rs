@@ -61,9 +61,18 @@ impl<B: Backend> Trunk<B> {
         if logits == Logits::Last {
             x = be.last_row(x)?;
         }
-        let x = self.output_norm.forward(be, &x)?;
-        record(be, tap, "", "result_norm", &x)?;
-        let mut out = self.output.forward(be, &x)?;
+        // The normalised rows exist on their own only when a tap wants them; otherwise the
+        // backend may normalise inside the head's product.
+        let mut out = if tap.wants("result_norm") {
+            let x = self.output_norm.forward_for(be, &x, &[&self.output])?;
+            record(be, tap, "", "result_norm", &x)?;
+            self.output.forward(be, &x)?
+        } else {
+            let [out] = self
+                .output_norm
+                .forward_linear_many(be, &x, [&self.output])?;
+            out
+        };
         if let Some(cap) = self.final_softcap {
             be.softcap(&mut out, cap)?;
         }

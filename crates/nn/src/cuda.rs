@@ -187,6 +187,34 @@ fn fusion_disabled() -> bool {
     *DISABLED.get_or_init(|| std::env::var_os("SYNAPTIX_NO_FUSION").is_some())
 }
 
+/// Rows from which a lone matrix after an RMSNorm is taken for an output head (vocabularies:
+/// 32k-262k rows; no layer of the supported models is that tall).
+const HEAD_MIN_ROWS: usize = 32_768;
+
+/// How the final RMSNorm meets the output head (`SYNAPTIX_HEAD_NORM`): `apart` (the default)
+/// launches the norm and then the head's product (which quantizes its input itself where the
+/// format needs it); `for` launches the norm with the head's quantization inside it; `inside`
+/// lets the head's kernel normalise (and quantize) the row itself where one can (the rules of
+/// the layers' products). The same bits each way. Written after the nineteenth pass's last
+/// machine call: `for` and `inside` have not yet run on a GPU.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum HeadNorm {
+    Apart,
+    For,
+    Inside,
+}
+
+fn head_norm() -> HeadNorm {
+    static MODE: OnceLock<HeadNorm> = OnceLock::new();
+    *MODE.get_or_init(
+        || match std::env::var("SYNAPTIX_HEAD_NORM").ok().as_deref() {
+            Some("for") => HeadNorm::For,
+            Some("inside") => HeadNorm::Inside,
+            _ => HeadNorm::Apart,
+        },
+    )
+}
+
 /// Which prologues the bulk-copy F16 / BF16 kernel runs itself (`SYNAPTIX_BULK_PROLOGUE`):
 /// `norm` (the default) normalises the row inside the Q/K/V and gate/up launches; `glu` computes
 /// the MLP activation inside the down launch; `all` (or `1`) both; `0` neither. On the H200
@@ -440,6 +468,22 @@ impl Backend for CudaBackend {
         eps: f32,
         ws: &[(&DeviceMatrix, Option<&DeviceBuffer<f32>>)],
     ) -> Result<Vec<CudaTensor>> {
+        // The output head (one matrix of a vocabulary's rows): as `head_norm` says.
+        if let [(m, bias)] = ws {
+            if m.rows >= HEAD_MIN_ROWS {
+                match head_norm() {
+                    HeadNorm::Apart => {
+                        let h = self.rms_norm(x, w, eps)?;
+                        return Ok(vec![self.linear(&h, m, *bias)?]);
+                    }
+                    HeadNorm::For => {
+                        let h = self.rms_norm_for(x, w, eps, &[m])?;
+                        return self.linear_many(&h, ws);
+                    }
+                    HeadNorm::Inside => {}
+                }
+            }
+        }
         // One row against F16 / BF16 weights (Hopper's bulk-copy kernel) or Q8_0 weights with
         // split copies (its Q8_0 form), of up to NORM_IN_MATVEC_MAX_COLS against k-quant
         // weights (the row kernel), or of up to 1024 against legacy formats (the short
