@@ -396,3 +396,57 @@ __device__ __forceinline__ rope_pair rope_rotate(const float* head, const float*
     }
     return p;
 }
+
+// The better of two (value, index) candidates: the larger value, the lower index on equal values
+// (NaN never wins: it is never greater nor equal). Associative and commutative, so any reduction
+// order gives the same pick.
+__device__ __forceinline__ void argmax_take(float& bv, int& bi, float v, int i) {
+    if (v > bv || (v == bv && i < bi)) {
+        bv = v;
+        bi = i;
+    }
+}
+__device__ __forceinline__ void argmax_warp(float& bv, int& bi) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+        const float v = __shfl_down_sync(0xffffffffu, bv, off);
+        const int i = __shfl_down_sync(0xffffffffu, bi, off);
+        argmax_take(bv, bi, v, i);
+    }
+}
+// Ends an argmax over many blocks: every thread of the block calls it with its candidate (its
+// first maximum); the block's best goes to partial_v / partial_i [blockIdx.x], and the last block
+// to finish (counted by `done`, which atomicInc returns to 0 for the next launch; zero before the
+// first) reduces the partials with its first warp and writes the index to out[0] (0 when nothing
+// beats -inf). At most 32 warps a block.
+__device__ __forceinline__ void argmax_blocks_end(float bv, int bi, i32* out, float* partial_v, int* partial_i,
+                                                  unsigned int* done) {
+    __shared__ float warp_v[32];
+    __shared__ int warp_i[32];
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, n_warps = blockDim.x / WARP;
+    argmax_warp(bv, bi);
+    if (lane == 0) {
+        warp_v[warp] = bv;
+        warp_i[warp] = bi;
+    }
+    __syncthreads();
+    if (warp != 0) return;
+    bv = lane < n_warps ? warp_v[lane] : -INFINITY;
+    bi = lane < n_warps ? warp_i[lane] : 0x7fffffff;
+    argmax_warp(bv, bi);
+    int last = 0;
+    if (lane == 0) {
+        partial_v[blockIdx.x] = bv;
+        partial_i[blockIdx.x] = bi;
+        __threadfence();  // the partial is visible before the count says so
+        last = atomicInc(done, gridDim.x - 1) == gridDim.x - 1;
+    }
+    if (!__shfl_sync(0xffffffffu, last, 0)) return;
+    __threadfence();
+    bv = -INFINITY;
+    bi = 0x7fffffff;
+    for (int b = lane; b < gridDim.x; b += WARP)
+        argmax_take(bv, bi, ((volatile float*)partial_v)[b], ((volatile int*)partial_i)[b]);
+    argmax_warp(bv, bi);
+    if (lane == 0) out[0] = bi == 0x7fffffff ? 0 : bi;
+}

@@ -2645,9 +2645,14 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
 // floor(p / m) for m in 1 .. 4 and 0 <= p < 65536.
 __device__ __forceinline__ int q8p_div(int p, int m) { return m == 3 ? (p * 43691) >> 17 : p >> (m >> 1); }
 
+// PICK: also the index of the largest output (lowest on ties, NaN never: `argmax_blocks_f32`'s
+// pick) into pick[0], through partial_v / partial_i [gridDim.x] and the counter `done`.
+template <bool PICK>
 __device__ void matvec_q8p(const mv_segs sg, const u8* __restrict__ acts, i64 meta, int k,
                            const float* __restrict__ residual, const float* __restrict__ x,
-                           const float* __restrict__ nw, float eps) {
+                           const float* __restrict__ nw, float eps, i32* pick = nullptr,
+                           float* partial_v = nullptr, int* partial_i = nullptr,
+                           unsigned int* done = nullptr) {
     extern __shared__ uint4 mvb_smem[];
     constexpr int P = Q8P_PIECES, CHUNK = P * Q8S_GROUP_BYTES;
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, n_warps = blockDim.x / WARP;
@@ -2700,6 +2705,8 @@ __device__ void matvec_q8p(const mv_segs sg, const u8* __restrict__ acts, i64 me
     q8s_acts_to_shared(aq, ad, acts, meta, k, x, nw, eps);
     __syncthreads();
     float acc = 0.0f;  // lane s < m: the sum of the set's row s
+    float best_v = -INFINITY;  // PICK: this lane's first largest output and its row
+    int best_i = 0x7fffffff;
     const int half = lane >> 4, b = lane & 15;
     u32 phase = 0;
     for (int first = 0; first < my_rows; first += P) {
@@ -2752,13 +2759,16 @@ __device__ void matvec_q8p(const mv_segs sg, const u8* __restrict__ acts, i64 me
                     if (q8p_div(p0 + q, m) == n_groups - 1) {
                         const int grow = r0 + warp + (first + lane) * n_warps, sgi = sg.seg(grow);
                         const int lr = grow - sg.first(sgi);
-                        sg.y(sgi)[lr] = mv_epilogue(acc, sg.bias(sgi), residual, lr, lr);
+                        const float out = mv_epilogue(acc, sg.bias(sgi), residual, lr, lr);
+                        sg.y(sgi)[lr] = out;
+                        if constexpr (PICK) argmax_take(best_v, best_i, out, grow);
                     }
                 }
             }
             __syncwarp();  // the terms are read before they are rewritten
         }
     }
+    if constexpr (PICK) argmax_blocks_end(best_v, best_i, pick, partial_v, partial_i, done);
 }
 #endif
 
@@ -2769,12 +2779,30 @@ extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 1)
     PDL_WAITS_INSIDE();
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
     if (k <= Q8S_PIECES && stages == 1 && chunk == Q8P_PIECES * Q8S_GROUP_BYTES)
-        matvec_q8p(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, x, nw, eps);
+        matvec_q8p<false>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, x, nw, eps);
     else if (Q8S_FIXED && stages == 1)
         matvec_q8s<1>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw, eps);
     else
         matvec_q8s<0>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw, eps);
 #else
     PDL_WAIT();  // sm_80: never launched (the host takes the other Q8_0 kernels)
+#endif
+}
+
+// One activation row against one Q8_0 matrix with a split copy (an output head), `matvec_q8p`
+// with the default ring, and the index of the largest output into pick[0] (the greedy pick
+// without an argmax launch): y[n_out] bit for bit `matvec_q8s_bulk`'s, pick[0] `argmax_blocks_f32`
+// 's on y. partial_v / partial_i: gridDim.x each; done: zero before the first launch, left at
+// zero. With x, the blocks normalise (weight nw, eps) and quantize the row themselves.
+extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 1)
+    matvec_q8p_pick(float* y, const u8* w, const u8* acts, long long meta, int n_out, int k, const float* x,
+                    const float* nw, float eps, i32* pick, float* partial_v, int* partial_i,
+                    unsigned int* done) {
+    PDL_WAITS_INSIDE();
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+    const mv_segs sg{w, nullptr, nullptr, y, nullptr, nullptr, nullptr, nullptr, nullptr, n_out, n_out, n_out};
+    matvec_q8p<true>(sg, acts, meta, k, nullptr, x, nw, eps, pick, partial_v, partial_i, done);
+#else
+    PDL_WAIT();  // sm_80: never launched (the host needs split copies, sm_90+)
 #endif
 }

@@ -304,24 +304,6 @@ TK_KERNELS(4)
 TK_KERNELS(8)
 TK_KERNELS(16)
 
-// The better of two (value, index) candidates: the larger value, the lower index on equal values
-// (NaN never wins: it is never greater nor equal). Associative and commutative, so any reduction
-// order gives the same pick.
-__device__ __forceinline__ void argmax_take(float& bv, int& bi, float v, int i) {
-    if (v > bv || (v == bv && i < bi)) {
-        bv = v;
-        bi = i;
-    }
-}
-__device__ __forceinline__ void argmax_warp(float& bv, int& bi) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) {
-        const float v = __shfl_down_sync(0xffffffffu, bv, off);
-        const int i = __shfl_down_sync(0xffffffffu, bi, off);
-        argmax_take(bv, bi, v, i);
-    }
-}
-
 // out[0] = index of the largest x (lowest index on ties; NaN never wins; 0 when nothing beats
 // -inf), like argmax_f32 but over many blocks: each block reduces a slice (by warp shuffles,
 // then its warps' results) into partial_v / partial_i [gridDim.x]; the last block to finish
@@ -333,9 +315,6 @@ extern "C" __global__ void argmax_blocks_f32(i32* out, const float* x, int n, fl
                                              int* partial_i, unsigned int* done) {
     PDL_WAIT();
     PDL_TRIGGER();
-    __shared__ float warp_v[32];
-    __shared__ int warp_i[32];
-    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, n_warps = blockDim.x / WARP;
     const int per_block = (n + gridDim.x - 1) / gridDim.x;
     const int start = blockIdx.x * per_block, end = min(n, start + per_block);
     float bv = -INFINITY;
@@ -347,30 +326,5 @@ extern "C" __global__ void argmax_blocks_f32(i32* out, const float* x, int n, fl
             bi = i;
         }
     }
-    argmax_warp(bv, bi);
-    if (lane == 0) {
-        warp_v[warp] = bv;
-        warp_i[warp] = bi;
-    }
-    __syncthreads();
-    if (warp == 0) {
-        bv = lane < n_warps ? warp_v[lane] : -INFINITY;
-        bi = lane < n_warps ? warp_i[lane] : 0x7fffffff;
-        argmax_warp(bv, bi);
-        int last = 0;
-        if (lane == 0) {
-            partial_v[blockIdx.x] = bv;
-            partial_i[blockIdx.x] = bi;
-            __threadfence();  // the partial is visible before the count says so
-            last = atomicInc(done, gridDim.x - 1) == gridDim.x - 1;
-        }
-        if (!__shfl_sync(0xffffffffu, last, 0)) return;
-        __threadfence();
-        bv = -INFINITY;
-        bi = 0x7fffffff;
-        for (int b = lane; b < gridDim.x; b += WARP)
-            argmax_take(bv, bi, ((volatile float*)partial_v)[b], ((volatile int*)partial_i)[b]);
-        argmax_warp(bv, bi);
-        if (lane == 0) out[0] = bi == 0x7fffffff ? 0 : bi;
-    }
+    argmax_blocks_end(bv, bi, out, partial_v, partial_i, done);
 }

@@ -2258,6 +2258,97 @@ pub fn rms_norm_matvec_q8s_many(
     matvec_q8s(dev, first.y, first.w, acts, epi, rest)
 }
 
+/// Longest rows `matvec_q8p_pick` takes (`matvec_q8p`'s default bound, `Q8S_PIECES` in
+/// kernels/matvec.cu).
+const Q8P_PICK_MAX_COLS: usize = 1024;
+
+/// `y = rms_norm(x, norm, eps) · Wᵀ` for one row against one Q8_0 matrix with a split copy and
+/// rows of at most 1024 values (an output head), and `pick[0]` = the index of y's largest value
+/// (lowest on ties, NaN never), in one launch (`matvec_q8p_pick`): y bit for bit
+/// [`rms_norm_matvec_q8s_many`]'s, the pick [`argmax`]'s on that y, with no argmax launch.
+/// Ok(false), launching nothing, where it does not apply (no split copy, longer rows, another
+/// ring than the default's).
+pub fn rms_norm_matvec_pick(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    x: &DeviceBuffer<f32>,
+    norm: &DeviceBuffer<f32>,
+    eps: f32,
+    pick: &mut DeviceBuffer<i32>,
+) -> Result<bool> {
+    let Some(split) = w.split.as_ref() else {
+        return Ok(false);
+    };
+    let k = w.cols;
+    let shape = q8s_shape();
+    if w.dtype != DType::Q8_0
+        || k == 0
+        || k > Q8P_PICK_MAX_COLS
+        || !k.is_multiple_of(32)
+        || shape.stages != 1
+        || shape.groups != 4
+    {
+        return Ok(false);
+    }
+    check("matvec_pick", x.len() == k && norm.len() == k, || {
+        format!(
+            "x {} and norm {} values for rows of {k}",
+            x.len(),
+            norm.len()
+        )
+    })?;
+    check("matvec_pick", y.len() == w.rows && !pick.is_empty(), || {
+        format!("y {} for {} rows, pick {}", y.len(), w.rows, pick.len())
+    })?;
+    let warps = shape.warps;
+    // `matvec_q8s`'s shared memory for one copy of four groups a warp (kernels/matvec.cu).
+    let shared = warps * 4 * Q8S_GROUP_BYTES
+        + k
+        + (k / 32 * 4).next_multiple_of(16)
+        + warps * 8
+        + warps * 4 * Q8S_GROUP_BLOCKS * 4;
+    let f = dev.function("matvec", "matvec_q8p_pick")?;
+    if shared > dev.max_shared_memory(&f)? {
+        return Ok(false);
+    }
+    let blocks = w.rows.min(sm_count(dev) * (16 / warps).max(1)).max(1);
+    let (r32, c32) = (
+        i32_arg("matvec_pick", "rows", w.rows)?,
+        i32_arg("matvec_pick", "cols", k)?,
+    );
+    // SAFETY: each block writes its own partial before the last block reads them all.
+    let (mut pv, mut pi) = unsafe { (dev.uninit::<f32>(blocks)?, dev.uninit::<i32>(blocks)?) };
+    let counter = dev.block_counter()?;
+    let mut l = Launch::new(dev, &f);
+    l.arg(y)
+        .arg(split)
+        .arg(None::<&DeviceBuffer<u8>>)
+        .arg(0i64)
+        .arg(r32)
+        .arg(c32)
+        .arg(x)
+        .arg(norm)
+        .arg(eps)
+        .arg(pick)
+        .arg(&mut pv)
+        .arg(&mut pi)
+        .arg(counter);
+    // SAFETY: as `matvec_q8s_bulk` with one matrix and the raw row (each block copies whole rows
+    // of the split copy into its own shared memory, which `shared` covers, reads k values of x
+    // and of the norm weight, writes one output per row it owns); then each block writes its
+    // partial, counts itself in the device's zeroed counter (left at zero), and the last writes
+    // pick[0].
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: ((warps * 32) as u32, 1, 1),
+            shared_mem_bytes: shared as u32,
+        })
+    }?;
+    Ok(true)
+}
+
 /// The ring of `matvec_q8s_bulk`: `stages` copies of `groups` × 544 bytes in flight per warp,
 /// `warps` warps per block. `SYNAPTIX_Q8S=S,G[,W]` sets them (sweeps). By default one copy of
 /// four groups for each of 32 warps (a 70 KB ring): on the H200, 7B Q8_0 tg128 (gate/up, down

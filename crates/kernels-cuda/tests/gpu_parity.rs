@@ -1476,6 +1476,92 @@ fn assert_norm_product_refused(
     );
 }
 
+/// The output head with the greedy pick in its launch (`ops::rms_norm_matvec_pick`,
+/// `matvec_q8p_pick`): the logits bit for bit `rms_norm_matvec_q8s_many`'s, the pick the CPU
+/// argmax of them (first maximum), on 0.5B's head shape, on fewer rows than the grid's blocks,
+/// and on rows that are all the same (every logit equal: index 0); twice each, the block counter
+/// back at zero between launches.
+#[test]
+fn rms_norm_matvec_pick_matches_products_and_argmax() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let cpu_argmax = |y: &[f32]| {
+        let (mut best, mut best_v) = (0usize, f32::NEG_INFINITY);
+        for (i, &v) in y.iter().enumerate() {
+            if v > best_v {
+                best = i;
+                best_v = v;
+            }
+        }
+        best as i32
+    };
+    for (rows, cols, same_rows) in [(151_936, 896, false), (300, 512, false), (5000, 1024, true)] {
+        let x = rng.vec(cols, 1.0);
+        let g = rng.vec(cols, 1.0);
+        let (dx, dg) = (dev.upload(&x).unwrap(), dev.upload(&g).unwrap());
+        let mut bytes = random_weights(&mut rng, DType::Q8_0, rows, cols);
+        if same_rows {
+            let row_bytes = bytes.len() / rows;
+            let first = bytes[..row_bytes].to_vec();
+            for row in bytes.chunks_exact_mut(row_bytes) {
+                row.copy_from_slice(&first);
+            }
+        }
+        let mut w = DeviceMatrix::upload(&dev, DType::Q8_0, rows, cols, &bytes).unwrap();
+        if !w.split_copy(&dev).unwrap() {
+            eprintln!("no split copies on this GPU (sm_90+ only): skipped");
+            return;
+        }
+        let mut want = poisoned(&dev, rows);
+        {
+            let mut parts = [ops::MatvecPart {
+                w: &w,
+                y: &mut want,
+                bias: None,
+            }];
+            assert!(ops::rms_norm_matvec_q8s_many(&dev, &mut parts, &dx, &dg, 1e-6).unwrap());
+        }
+        let want = dev.download(&want).unwrap();
+        for round in 0..2 {
+            let mut y = poisoned(&dev, rows);
+            let mut pick = dev.upload(&[-1i32]).unwrap();
+            assert!(
+                ops::rms_norm_matvec_pick(&dev, &mut y, &w, &dx, &dg, 1e-6, &mut pick).unwrap()
+            );
+            let got = dev.download(&y).unwrap();
+            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<u32>>();
+            assert_same_outputs(
+                &[bits(&got)],
+                &[bits(&want)],
+                &format!("pick head [{rows} x {cols}]"),
+            );
+            let expected = cpu_argmax(&want);
+            if same_rows {
+                assert_eq!(expected, 0);
+            }
+            assert_eq!(
+                dev.download(&pick).unwrap(),
+                vec![expected],
+                "[{rows} x {cols}] round {round}"
+            );
+        }
+        eprintln!("head with pick [{rows} x {cols}]: logits bit-equal, pick the CPU's argmax");
+    }
+    // Rows longer than the kernel takes: refused, nothing launched.
+    let bytes = random_weights(&mut rng, DType::Q8_0, 4000, 2048);
+    let mut w = DeviceMatrix::upload(&dev, DType::Q8_0, 4000, 2048, &bytes).unwrap();
+    w.split_copy(&dev).unwrap();
+    let (dx, dg) = (
+        dev.upload(&rng.vec(2048, 1.0)).unwrap(),
+        dev.upload(&rng.vec(2048, 1.0)).unwrap(),
+    );
+    let mut y = poisoned(&dev, 4000);
+    let mut pick = dev.upload(&[-1i32]).unwrap();
+    assert!(!ops::rms_norm_matvec_pick(&dev, &mut y, &w, &dx, &dg, 1e-6, &mut pick).unwrap());
+    assert_eq!(dev.download(&pick).unwrap(), vec![-1]);
+}
+
 /// RMSNorm inside the Q8_0 split-copy kernel (`ops::rms_norm_matvec_q8s_many`: each block
 /// normalises and quantizes the row itself) gives bit for bit the separate norm, quantization
 /// and products on the stored blocks (the row and tile kernels): gate and up of Qwen2.5 7B's

@@ -1,6 +1,7 @@
 //! The CUDA backend: every op of [`Backend`] as a launch of the kernels in `kernels/`, weights
 //! uploaded once in their stored formats, activations and the KV cache in GPU memory.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use synaptix_core::DType;
@@ -62,6 +63,10 @@ pub struct CudaBackend {
     gelu_table: Arc<OnceLock<DeviceBuffer<u16>>>,
     /// Recorded decode steps (CUDA graphs).
     replay: Arc<Replay>,
+    /// Set when the output head's launch wrote the step's greedy pick itself
+    /// (`SYNAPTIX_HEAD_PICK`), so that `pick` launches no argmax; cleared by `pick` and by
+    /// anything that changes the logits after the head.
+    head_picked: Arc<AtomicBool>,
 }
 
 impl CudaBackend {
@@ -71,6 +76,7 @@ impl CudaBackend {
             device: Arc::new(CudaDevice::new(ordinal)?),
             gelu_table: Arc::new(OnceLock::new()),
             replay: Arc::new(Replay::default()),
+            head_picked: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -169,6 +175,27 @@ impl CudaBackend {
 
     /// An output tensor for an op that writes all of it (every kernel here does; the GPU
     /// parity tests poison outputs to check exactly that), so it is not cleared first.
+    /// Whether the output head `m` after RMSNorm (weight `w`) may write the step's greedy pick
+    /// itself (`SYNAPTIX_HEAD_PICK=1`): one row, no bias, a recording whose pick is greedy with
+    /// no penalties. The kernel may still refuse (`ops::rms_norm_matvec_pick`).
+    fn head_with_pick(
+        &self,
+        x: &CudaTensor,
+        w: &DeviceBuffer<f32>,
+        m: &DeviceMatrix,
+        bias: Option<&DeviceBuffer<f32>>,
+    ) -> bool {
+        if !head_pick() || fusion_disabled() || x.rows != 1 || x.cols != m.cols || w.len() != m.cols
+        {
+            return false;
+        }
+        bias.is_none()
+            && self
+                .replay
+                .recording()
+                .is_some_and(|inputs| inputs.pick.top_k == 0 && inputs.pick.penalties.is_none())
+    }
+
     fn tensor(&self, rows: usize, cols: usize) -> Result<CudaTensor> {
         Ok(CudaTensor {
             // SAFETY: see above: the op this is for writes every element before any read.
@@ -213,6 +240,15 @@ fn head_norm() -> HeadNorm {
             _ => HeadNorm::Apart,
         },
     )
+}
+
+/// Whether a recorded greedy step's output head writes the pick itself (`SYNAPTIX_HEAD_PICK=1`;
+/// off by default): the final RMSNorm, the head's product and the argmax in one launch
+/// (`matvec_q8p_pick`: Q8_0 heads with split copies and rows of at most 1024 values, 0.5B's).
+/// Written after the nineteenth pass's last machine call: not yet run on a GPU.
+fn head_pick() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("SYNAPTIX_HEAD_PICK").as_deref() == Ok("1"))
 }
 
 /// Which prologues the bulk-copy F16 / BF16 kernel runs itself (`SYNAPTIX_BULK_PROLOGUE`):
@@ -470,6 +506,24 @@ impl Backend for CudaBackend {
     ) -> Result<Vec<CudaTensor>> {
         // The output head (one matrix of a vocabulary's rows): as `head_norm` says.
         if let [(m, bias)] = ws {
+            if m.rows >= HEAD_MIN_ROWS && self.head_with_pick(x, w, m, *bias) {
+                let mut y = self.tensor(1, m.rows)?;
+                if let Some(inputs) = self.replay.recording() {
+                    let mut ids = inputs.ids.lock().unwrap_or_else(|e| e.into_inner());
+                    if ops::rms_norm_matvec_pick(
+                        &self.device,
+                        &mut y.buf,
+                        m,
+                        &x.buf,
+                        w,
+                        eps,
+                        &mut ids,
+                    )? {
+                        self.head_picked.store(true, Ordering::Relaxed);
+                        return Ok(vec![y]);
+                    }
+                }
+            }
             if m.rows >= HEAD_MIN_ROWS {
                 match head_norm() {
                     HeadNorm::Apart => {
@@ -955,8 +1009,11 @@ impl Backend for CudaBackend {
             // Read from the fixed buffers after the recording runs. A greedy pick goes straight
             // into the step's token buffer: the next replay can run on it without the host.
             if pick.top_k == 0 {
-                let mut ids = inputs.ids.lock().unwrap_or_else(|e| e.into_inner());
-                ops::argmax(dev, &x.buf, &mut ids)?;
+                // Unless the head's launch wrote the pick already (`SYNAPTIX_HEAD_PICK`).
+                if !self.head_picked.swap(false, Ordering::Relaxed) {
+                    let mut ids = inputs.ids.lock().unwrap_or_else(|e| e.into_inner());
+                    ops::argmax(dev, &x.buf, &mut ids)?;
+                }
             } else {
                 let mut out = inputs.out.lock().unwrap_or_else(|e| e.into_inner());
                 launch(&mut out)?;
@@ -979,6 +1036,8 @@ impl Backend for CudaBackend {
         pick: &DevicePick,
         step: &mut dyn FnMut() -> Result<Vec<(u32, f32)>>,
     ) -> Result<Vec<(u32, f32)>> {
+        // A pick the head wrote in a step that did not reach its `pick` is not this step's.
+        self.head_picked.store(false, Ordering::Relaxed);
         if std::env::var_os("SYNAPTIX_NO_GRAPHS").is_some() {
             return step();
         }
@@ -987,6 +1046,7 @@ impl Backend for CudaBackend {
 
     fn softcap(&self, x: &mut CudaTensor, cap: f32) -> Result<()> {
         x.prepared = None;
+        self.head_picked.store(false, Ordering::Relaxed);
         Ok(ops::softcap(&self.device, &mut x.buf, cap)?)
     }
 }
