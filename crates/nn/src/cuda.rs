@@ -173,29 +173,28 @@ impl CudaBackend {
         })
     }
 
-    /// An output tensor for an op that writes all of it (every kernel here does; the GPU
-    /// parity tests poison outputs to check exactly that), so it is not cleared first.
-    /// Whether the output head `m` after RMSNorm (weight `w`) may write the step's greedy pick
-    /// itself (`SYNAPTIX_HEAD_PICK=1`): one row, no bias, a recording whose pick is greedy with
+    /// Whether the output head `m` after RMSNorm (weight `w`) may write the greedy pick of a
+    /// step recorded with `pick` itself (`SYNAPTIX_HEAD_PICK=1`): one row, no bias, greedy with
     /// no penalties. The kernel may still refuse (`ops::rms_norm_matvec_pick`).
     fn head_with_pick(
-        &self,
         x: &CudaTensor,
         w: &DeviceBuffer<f32>,
         m: &DeviceMatrix,
         bias: Option<&DeviceBuffer<f32>>,
+        pick: &DevicePick,
     ) -> bool {
-        if !head_pick() || fusion_disabled() || x.rows != 1 || x.cols != m.cols || w.len() != m.cols
-        {
-            return false;
-        }
-        bias.is_none()
-            && self
-                .replay
-                .recording()
-                .is_some_and(|inputs| inputs.pick.top_k == 0 && inputs.pick.penalties.is_none())
+        head_pick()
+            && !fusion_disabled()
+            && x.rows == 1
+            && x.cols == m.cols
+            && w.len() == m.cols
+            && bias.is_none()
+            && pick.top_k == 0
+            && pick.penalties.is_none()
     }
 
+    /// An output tensor for an op that writes all of it (every kernel here does; the GPU
+    /// parity tests poison outputs to check exactly that), so it is not cleared first.
     fn tensor(&self, rows: usize, cols: usize) -> Result<CudaTensor> {
         Ok(CudaTensor {
             // SAFETY: see above: the op this is for writes every element before any read.
@@ -506,9 +505,14 @@ impl Backend for CudaBackend {
     ) -> Result<Vec<CudaTensor>> {
         // The output head (one matrix of a vocabulary's rows): as `head_norm` says.
         if let [(m, bias)] = ws {
-            if m.rows >= HEAD_MIN_ROWS && self.head_with_pick(x, w, m, *bias) {
-                let mut y = self.tensor(1, m.rows)?;
-                if let Some(inputs) = self.replay.recording() {
+            if m.rows >= HEAD_MIN_ROWS {
+                // With the greedy pick in the head's launch where it applies.
+                if let Some(inputs) = self
+                    .replay
+                    .recording()
+                    .filter(|inputs| Self::head_with_pick(x, w, m, *bias, &inputs.pick))
+                {
+                    let mut y = self.tensor(1, m.rows)?;
                     let mut ids = inputs.ids.lock().unwrap_or_else(|e| e.into_inner());
                     if ops::rms_norm_matvec_pick(
                         &self.device,
@@ -523,8 +527,6 @@ impl Backend for CudaBackend {
                         return Ok(vec![y]);
                     }
                 }
-            }
-            if m.rows >= HEAD_MIN_ROWS {
                 match head_norm() {
                     HeadNorm::Apart => {
                         let h = self.rms_norm(x, w, eps)?;
