@@ -2302,12 +2302,7 @@ pub fn rms_norm_matvec_pick(
         format!("y {} for {} rows, pick {}", y.len(), w.rows, pick.len())
     })?;
     let warps = shape.warps;
-    // `matvec_q8s`'s shared memory for one copy of four groups a warp (kernels/matvec.cu).
-    let shared = warps * 4 * Q8S_GROUP_BYTES
-        + k
-        + (k / 32 * 4).next_multiple_of(16)
-        + warps * 8
-        + warps * 4 * Q8S_GROUP_BLOCKS * 4;
+    let shared = q8s_shared_bytes(k, shape);
     let f = dev.function("matvec", "matvec_q8p_pick")?;
     if shared > dev.max_shared_memory(&f)? {
         return Ok(false);
@@ -2317,9 +2312,7 @@ pub fn rms_norm_matvec_pick(
         i32_arg("matvec_pick", "rows", w.rows)?,
         i32_arg("matvec_pick", "cols", k)?,
     );
-    // SAFETY: each block writes its own partial before the last block reads them all.
-    let (mut pv, mut pi) = unsafe { (dev.uninit::<f32>(blocks)?, dev.uninit::<i32>(blocks)?) };
-    let counter = dev.block_counter()?;
+    let (mut pv, mut pi, counter) = argmax_scratch(dev, blocks)?;
     let mut l = Launch::new(dev, &f);
     l.arg(y)
         .arg(split)
@@ -2347,6 +2340,18 @@ pub fn rms_norm_matvec_pick(
         })
     }?;
     Ok(true)
+}
+
+/// Dynamic shared memory of `matvec_q8s_bulk` / `matvec_q8p_pick` for rows of k values and
+/// ring `s`, as kernels/matvec.cu lays it out: the ring, the activation quants and their f32
+/// scales (padded to 16 bytes), one mbarrier a copy, a chunk's terms a warp (groups taken in
+/// pairs).
+fn q8s_shared_bytes(k: usize, s: Q8sShape) -> usize {
+    s.warps * s.stages * s.groups * Q8S_GROUP_BYTES
+        + k
+        + (k / 32 * 4).next_multiple_of(16)
+        + s.warps * s.stages * 8
+        + s.warps * s.groups.next_multiple_of(2) * Q8S_GROUP_BLOCKS * 4
 }
 
 /// The ring of `matvec_q8s_bulk`: `stages` copies of `groups` × 544 bytes in flight per warp,
@@ -2425,14 +2430,7 @@ fn matvec_q8s(
     }
     let shape = q8s_shape();
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
-    // Term slots as kernels/matvec.cu sizes them (groups taken in pairs).
-    let shared_of = |s: Q8sShape| {
-        s.warps * s.stages * s.groups * Q8S_GROUP_BYTES
-            + k
-            + (k / 32 * 4).next_multiple_of(16)
-            + s.warps * s.stages * 8
-            + s.warps * s.groups.next_multiple_of(2) * Q8S_GROUP_BLOCKS * 4
-    };
+    let shared_of = |s: Q8sShape| q8s_shared_bytes(k, s);
     let f = dev.function("matvec", "matvec_q8s_bulk")?;
     let max_shared = dev.max_shared_memory(&f)?;
     let blocks_of = |s: Q8sShape| rows.min(sm_count(dev) * (16 / s.warps).max(1));
@@ -2557,6 +2555,17 @@ pub use crate::attention::{
     ATTN_SPAN, DECODE_ROWS, FLASH_MIN_ROWS, KV_PAGE,
 };
 
+/// A multi-block argmax's scratch (`argmax_blocks_end` in kernels/common.cuh): per-block best
+/// values and indices, and the device's zeroed block counter.
+fn argmax_scratch(
+    dev: &CudaDevice,
+    blocks: usize,
+) -> Result<(DeviceBuffer<f32>, DeviceBuffer<i32>, &DeviceBuffer<u32>)> {
+    // SAFETY: each block writes its own partial before the last block reads them all.
+    let partials = unsafe { (dev.uninit::<f32>(blocks)?, dev.uninit::<i32>(blocks)?) };
+    Ok((partials.0, partials.1, dev.block_counter()?))
+}
+
 /// Index of the largest value (lowest on ties), computed on the GPU.
 pub fn argmax(dev: &CudaDevice, x: &DeviceBuffer<f32>, out: &mut DeviceBuffer<i32>) -> Result<()> {
     check("argmax", !x.is_empty() && !out.is_empty(), || {
@@ -2566,9 +2575,7 @@ pub fn argmax(dev: &CudaDevice, x: &DeviceBuffer<f32>, out: &mut DeviceBuffer<i3
     let blocks = x.len().div_ceil(2048).clamp(1, 1024);
     let f = dev.function("sample", "argmax_blocks_f32")?;
     let n32 = i32_arg("argmax", "n", x.len())?;
-    // SAFETY: each block writes its own partial before the last block reads them all.
-    let (mut pv, mut pi) = unsafe { (dev.uninit::<f32>(blocks)?, dev.uninit::<i32>(blocks)?) };
-    let counter = dev.block_counter()?;
+    let (mut pv, mut pi, counter) = argmax_scratch(dev, blocks)?;
     let mut l = Launch::new(dev, &f);
     l.arg(out)
         .arg(x)

@@ -996,18 +996,9 @@ fn argmax_picks_lowest_index_of_maximum() {
         return;
     };
     // Ties inside one block's slice and across blocks (slices of 2048+), NaN never chosen,
-    // all -inf or NaN gives 0, like the CPU's `synaptix_sample::argmax`; repeated launches
+    // all -inf or NaN gives 0, as the CPU's `synaptix_sample::argmax`; repeated launches
     // reuse the block counter.
-    let cpu = |x: &[f32]| {
-        let (mut best, mut best_v) = (0usize, f32::NEG_INFINITY);
-        for (i, &v) in x.iter().enumerate() {
-            if v > best_v {
-                best = i;
-                best_v = v;
-            }
-        }
-        best as i32
-    };
+    let cpu = |x: &[f32]| synaptix_sample::argmax(x) as i32;
     let mut cases: Vec<Vec<f32>> = Vec::new();
     let mut x = rng.vec(151_936, 10.0);
     x[7] = 50.0;
@@ -1486,16 +1477,6 @@ fn rms_norm_matvec_pick_matches_products_and_argmax() {
     let Some((dev, mut rng)) = device() else {
         return;
     };
-    let cpu_argmax = |y: &[f32]| {
-        let (mut best, mut best_v) = (0usize, f32::NEG_INFINITY);
-        for (i, &v) in y.iter().enumerate() {
-            if v > best_v {
-                best = i;
-                best_v = v;
-            }
-        }
-        best as i32
-    };
     for (rows, cols, same_rows) in [(151_936, 896, false), (300, 512, false), (5000, 1024, true)] {
         let x = rng.vec(cols, 1.0);
         let g = rng.vec(cols, 1.0);
@@ -1536,7 +1517,7 @@ fn rms_norm_matvec_pick_matches_products_and_argmax() {
                 &[bits(&want)],
                 &format!("pick head [{rows} x {cols}]"),
             );
-            let expected = cpu_argmax(&want);
+            let expected = synaptix_sample::argmax(&want) as i32;
             if same_rows {
                 assert_eq!(expected, 0);
             }
