@@ -33,7 +33,9 @@ typedef long long i64;
 // PDL_WAIT(), only what no kernel of the step writes: the matvecs start loading their weight
 // matrix (read-only), attention_one_pass_f32 the host-written positions and block table and the
 // cache rows below every position (written by earlier steps), the decode RMSNorms their norm
-// weights. Their DRAM latency then overlaps the previous kernel's tail.
+// weights. Their DRAM latency then overlaps the previous kernel's tail. The k-quant row
+// kernel's LATE form (`matvec_q8_rows_*_late`) waits at its end instead: it is launched only
+// after a launch on the same inputs, which had waited for them.
 #define PDL_WAITS_INSIDE()
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
 #define PDL_WAIT() asm volatile("griddepcontrol.wait;" ::: "memory")

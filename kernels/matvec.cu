@@ -1639,6 +1639,8 @@ __device__ __forceinline__ void mvr_write_acts(const mv_acts_step& s, int id, u8
 // operations of rms_norm_q8_k (quantize.cu) then `mv_acts_step`, so the same bits. Warp w takes
 // super-blocks w, w + (warps of the block), ...; lane i holds values 8i .. 8i + 7, whose quant j is byte i % 4
 // of lane j's word i / 4.
+// CG: x read through L2 only (a launch that reads it without its own PDL wait).
+template <bool CG = false>
 __device__ void mvr_quantize_row(u8* acts_t, const float* __restrict__ xf,
                                  const float* __restrict__ norm_w, float eps, int k) {
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
@@ -1647,7 +1649,7 @@ __device__ void mvr_quantize_row(u8* acts_t, const float* __restrict__ xf,
         // As the fused RMSNorm: f32 squares summed in f64, 1/sqrtf(mean + eps), scale, weight.
         double ss = 0.0;
         for (int i = threadIdx.x; i < k / 4; i += blockDim.x) {
-            const float4 v = ((const float4*)xf)[i];
+            const float4 v = CG ? __ldcg((const float4*)xf + i) : ((const float4*)xf)[i];
             ss += (double)__fmul_rn(v.x, v.x) + (double)__fmul_rn(v.y, v.y) +
                   (double)__fmul_rn(v.z, v.z) + (double)__fmul_rn(v.w, v.w);
         }
@@ -1657,7 +1659,8 @@ __device__ void mvr_quantize_row(u8* acts_t, const float* __restrict__ xf,
     }
     for (int sb = warp; sb < k / QK_K; sb += blockDim.x / WARP) {
         const int e = sb * QK_K + 8 * lane;
-        const float4 a = *(const float4*)(xf + e), b = *(const float4*)(xf + e + 4);
+        const float4 a = CG ? __ldcg((const float4*)(xf + e)) : *(const float4*)(xf + e),
+                     b = CG ? __ldcg((const float4*)(xf + e + 4)) : *(const float4*)(xf + e + 4);
         float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
         if (norm_w) {
             const float4 ga = *(const float4*)(norm_w + e), gb = *(const float4*)(norm_w + e + 4);
@@ -1687,7 +1690,10 @@ __device__ void mvr_quantize_row(u8* acts_t, const float* __restrict__ xf,
 #define MVR_ANY 0
 #define MVR_WHOLE 1
 #define MVR_LONG 2
-template <typename F, int W, int MODE>
+// LATE: the launch reads only what was complete before the launch before it (V after Q and K
+// of another format, the same row): it waits for that launch at its end instead of its start,
+// so the two run side by side while the next launch still finds both done.
+template <typename F, int W, int MODE, bool LATE = false>
 __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, long long meta_off,
                                long long bsums_off, int k, const float* __restrict__ residual,
                                const float* __restrict__ xf, const float* __restrict__ norm_w,
@@ -1765,13 +1771,13 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
     };
     fetch(0);
     fetch(1);
-    PDL_WAIT();  // two rounds of weights are on their way
+    if (!LATE) PDL_WAIT();  // two rounds of weights are on their way
     PDL_TRIGGER();
 
     // The activation row, lane-major: quantized here from f32 (after RMSNorm), or transposed
     // from the quantized row, with loads of up to 4 tasks in flight per thread.
     if (xf) {
-        mvr_quantize_row(acts_t, xf, norm_w, eps, k);
+        mvr_quantize_row<LATE>(acts_t, xf, norm_w, eps, k);
     } else {
         constexpr int NT = 4;
         const int n_tasks = n_sb * 9;
@@ -1894,6 +1900,7 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
         }
     }
     mv_cp_wait<0>();  // no copy outlives the block
+    if (LATE) PDL_WAIT();  // the launch before ends before this one
 }
 
 #define MATVEC_Q8_ROWS(name, fmt, W, MODE)                                                       \
@@ -1927,6 +1934,21 @@ MATVEC_Q8_ROWS(q6_k_w6_long, mv_q6_k, 6, MVR_LONG)
 MATVEC_Q8_ROWS(q4_k_w8_long, mv_q4_k, 8, MVR_LONG)
 MATVEC_Q8_ROWS(q5_k_w8_long, mv_q5_k, 8, MVR_LONG)
 MATVEC_Q8_ROWS(q6_k_w8_long, mv_q6_k, 8, MVR_LONG)
+// The LATE form (four warps, whole-row rounds, the raw row): a second format's matrices after
+// the first's launch on the same normalised row (1.5B Q4_K_M: V in Q6_K after Q and K in Q4_K).
+#define MATVEC_Q8_ROWS_LATE(name, fmt)                                                           \
+    extern "C" __global__ void __launch_bounds__(4 * WARP, 4)                                    \
+        matvec_q8_rows_##name##_late(float* y, const u8* w, const u8* acts, long long meta_off,  \
+                                     long long bsums_off, int n_out, int k, const float* bias,   \
+                                     const float* residual, MV_SEG_PARAMS, const float* xf,      \
+                                     const float* norm_w, float eps, int bulk) {                 \
+        PDL_WAITS_INSIDE();                                                                      \
+        matvec_q8_rows<fmt, 4, MVR_WHOLE, true>(MV_SEGS(y, w, bias, n_out), acts, meta_off,      \
+                                                bsums_off, k, residual, xf, norm_w, eps, bulk);  \
+    }
+MATVEC_Q8_ROWS_LATE(q4_k, mv_q4_k)
+MATVEC_Q8_ROWS_LATE(q5_k, mv_q5_k)
+MATVEC_Q8_ROWS_LATE(q6_k, mv_q6_k)
 
 // ---------------------------------------------------------------------------------------------
 // Float weights the way ggml's CPU computes them: the activation rounded to the weight's type

@@ -1099,11 +1099,28 @@ fn matvec_rows(
     epi: Epilogue,
     more: &mut [MatvecPart],
 ) -> Result<bool> {
+    matvec_rows_with(dev, y, w, acts, epi, more, false)
+}
+
+/// [`matvec_rows`], with `late` the kernel's LATE form where it has one (whole-row rounds of
+/// Q4_K / Q5_K / Q6_K from the raw row): for a launch whose inputs were all complete before
+/// the launch before it, which it then runs beside (see `rms_norm_matvec_many`).
+fn matvec_rows_with(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    acts: RowActs,
+    epi: Epilogue,
+    more: &mut [MatvecPart],
+    late: bool,
+) -> Result<bool> {
     // Several matrices per launch only where the kernel can split its 16-byte copies, and in
     // whole-row rounds (the long-row kernels take one matrix).
     if !more.is_empty() && (!mv_rows_multi(w.dtype) || rows_long(w.cols)) {
         return Ok(false);
     }
+    let late =
+        late && mv_rows_whole(w.dtype) && !rows_long(w.cols) && matches!(acts, RowActs::Raw { .. });
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
     // A few blocks per SM (each transposes the activation row once, then its warps split the
     // rows), no block without rows, and as many rows for every warp as the grid allows (no
@@ -1112,7 +1129,8 @@ fn matvec_rows(
     // Q4_K 3584×18944 16.4 → 17.9 µs, 37888×3584 22.5 → 23.3. Of the block sizes, the one
     // that leaves the fewest rows per warp (ties: the smallest): where shared memory caps the
     // blocks per SM (long rows), larger blocks fit more warps.
-    let Some((warps, f, smem, rows_per_warp)) = rows_launch_shape(dev, w.dtype, w.cols, rows)?
+    let Some((warps, f, smem, rows_per_warp)) =
+        rows_launch_shape(dev, w.dtype, w.cols, rows, late)?
     else {
         return Ok(false);
     };
@@ -1165,6 +1183,7 @@ fn rows_launch_shape(
     dtype: DType,
     cols: usize,
     rows: usize,
+    late: bool,
 ) -> Result<Option<(usize, cudarc::driver::CudaFunction, usize, usize)>> {
     static FORCED: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     let forced = *FORCED.get_or_init(|| {
@@ -1173,7 +1192,8 @@ fn rows_launch_shape(
             .and_then(|v| v.parse().ok())
             .filter(|w| MVR_WARP_CHOICES.contains(w))
     });
-    let choices: &[usize] = if mv_rows_whole(dtype) {
+    // The LATE form has four warps a block only.
+    let choices: &[usize] = if mv_rows_whole(dtype) && !late {
         &MVR_WARP_CHOICES
     } else {
         &MVR_WARP_CHOICES[..1]
@@ -1183,7 +1203,14 @@ fn rows_launch_shape(
         if forced.is_some_and(|f| f != warps && choices.contains(&f)) {
             continue;
         }
-        let f = rows_function(dev, dtype, warps, cols)?;
+        let f = if late {
+            dev.function(
+                "matvec",
+                &format!("matvec_q8_rows_{}_late", suffix("matvec", dtype)?),
+            )?
+        } else {
+            rows_function(dev, dtype, warps, cols)?
+        };
         let smem = mv_rows_shared(dtype, cols, warps);
         let per_sm = rows_blocks_per_sm(dev, &f, smem, warps)?;
         if per_sm == 0 {
@@ -1478,7 +1505,8 @@ pub fn rms_norm_matvec_many(
         x,
         norm: Some((norm, eps)),
     };
-    // Runs of up to three parts of one format that can share a launch.
+    // Runs of up to three parts of one format that can share a launch; the runs after the
+    // first (V in another format than Q and K) run beside the first (`rows_late`).
     let mut at = 0;
     while at < parts.len() {
         let dtype = parts[at].w.dtype;
@@ -1488,7 +1516,8 @@ pub fn rms_norm_matvec_many(
             bias: first.bias,
             residual: None,
         };
-        if !matvec_rows(dev, first.y, first.w, acts, epi, rest)? {
+        let late = at > 0 && rows_late();
+        if !matvec_rows_with(dev, first.y, first.w, acts, epi, rest, late)? {
             // rows_kernel_fits said yes above.
             return Err(CudaError::Invalid {
                 op: "rms_norm_matvec_many",
@@ -1498,6 +1527,15 @@ pub fn rms_norm_matvec_many(
         at = end;
     }
     Ok(true)
+}
+
+/// Whether [`rms_norm_matvec_many`]'s launches after its first take the row kernel's LATE
+/// form, which waits for the launch before it at its end instead of its start (both read the
+/// same row, complete before the first began), so that the two run side by side
+/// (`SYNAPTIX_ROWS_LATE=0`: never).
+fn rows_late() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("SYNAPTIX_ROWS_LATE").as_deref() != Ok("0"))
 }
 
 /// `part.y = x · part.wᵀ (+ part.bias)` for each part, with `acts` the rows of `x` quantized
@@ -1648,6 +1686,7 @@ pub fn matvec_with(
             return Ok(());
         }
     }
+
     let mut acts = DeviceActs::new(dev, w.dtype, m, w.cols)?;
     quantize_acts(dev, &mut acts, x)?;
     matvec_quantized_with(dev, y, w, &acts, epi)
