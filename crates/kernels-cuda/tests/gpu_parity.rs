@@ -506,8 +506,10 @@ fn matvec_matches_cpu_every_format() {
     // activation row also from its split copy on Hopper (matvec_q8s_bulk): (3000, 8448) and
     // (9, 14336) rows of several copies (a partial last group at 8448), (37, 4864) with most
     // warps idle, (1000, 4096) and (1500, 2080) rows of one copy, (40, 896) and
-    // (300, 512) rows shorter than a copy.
-    let shapes: [(usize, usize); 10] = [
+    // (300, 512) rows shorter than a copy. (1100, 4864): the one-row-per-warp kernel with a
+    // last partial round (152 blocks: four rounds in registers, then 24 blocks).
+    let shapes: [(usize, usize); 11] = [
+        (1100, 4864),
         (5000, 2048),
         (300, 512),
         (40, 896),
