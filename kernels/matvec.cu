@@ -1109,7 +1109,11 @@ MATVEC_Q8_SHORT_NORM(q8_0, mv_q8_0, false)
 #define MVT_WARPS 4  // warps per thread block
 #define MVT_AHEAD 4  // rounds of weight blocks in registers per lane
 
-template <typename F, int G>
+// LATE (the one-row-per-warp form only): as the k-quant row kernel's LATE form, for a launch
+// whose activations were complete before the launch before it (K and V after Q on the same
+// quantized row): no wait at the start, the activations read through L2 only, the wait at the
+// end, so that it runs beside that launch.
+template <typename F, int G, bool LATE = false>
 __device__ void matvec_q8_tile(const mv_segs sg, const u8* __restrict__ acts, long long meta_off,
                                int k, const float* __restrict__ residual) {
     constexpr int R = WARP / G;  // rows per warp
@@ -1127,7 +1131,7 @@ __device__ void matvec_q8_tile(const mv_segs sg, const u8* __restrict__ acts, lo
         const int b = i * G + g;
         if (live && b < nb) ring[i].load(wr + (i64)b * F::BYTES, 0);
     }
-    PDL_WAIT();  // weights are on their way
+    if (!LATE) PDL_WAIT();  // weights are on their way
     PDL_TRIGGER();
     const i8* qs = (const i8*)acts;
     const u8* meta = acts + meta_off;
@@ -1141,8 +1145,17 @@ __device__ void matvec_q8_tile(const mv_segs sg, const u8* __restrict__ acts, lo
             float t = 0.0f;
             if (live && b < nb) {
                 u32 a[8];
-                mv_load_acts(qs + 32 * (i64)b, a);
-                t = ring[i].term(a, *(const uint2*)(meta + (i64)b * 8));
+                if (LATE) {
+                    const uint4 x = __ldcg((const uint4*)(qs + 32 * (i64)b)),
+                                z = __ldcg((const uint4*)(qs + 32 * (i64)b + 16));
+                    a[0] = x.x, a[1] = x.y, a[2] = x.z, a[3] = x.w;
+                    a[4] = z.x, a[5] = z.y, a[6] = z.z, a[7] = z.w;
+                } else {
+                    mv_load_acts(qs + 32 * (i64)b, a);
+                }
+                const uint2 am = LATE ? __ldcg((const uint2*)(meta + (i64)b * 8))
+                                      : *(const uint2*)(meta + (i64)b * 8);
+                t = ring[i].term(a, am);
             }
             const int bn = b + MVT_AHEAD * G;  // this slot's next block
             if (live && bn < nb) ring[i].load(wr + (i64)bn * F::BYTES, 0);
@@ -1151,6 +1164,7 @@ __device__ void matvec_q8_tile(const mv_segs sg, const u8* __restrict__ acts, lo
         }
     }
     if (live && g == 0) sg.y(sgi)[lr] = mv_epilogue(acc, sg.bias(sgi), residual, lr, lr);
+    if (LATE) PDL_WAIT();  // the launch before ends before this one
 }
 
 // The same rounds, chains and terms as `matvec_q8_tile` (bit for bit), with the weights staged:
@@ -1280,6 +1294,12 @@ MATVEC_Q8_TILE(q4_1, mv_q4_1)
 MATVEC_Q8_TILE(q5_0, mv_q5_0)
 MATVEC_Q8_TILE(q5_1, mv_q5_1)
 MATVEC_Q8_TILE(q8_0, mv_q8_0)
+extern "C" __global__ void __launch_bounds__(MVT_WARPS * WARP)
+    matvec_q8_row_late_q8_0(float* y, const u8* w, const u8* acts, long long meta_off, int n_out,
+                            int k, const float* bias, const float* residual, MV_SEG_PARAMS) {
+    PDL_WAITS_INSIDE();
+    matvec_q8_tile<mv_q8_0, 32, true>(MV_SEGS(y, w, bias, n_out), acts, meta_off, k, residual);
+}
 
 #define MATVEC_Q8(name, fmt)                                                                     \
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV_MIN_BLOCKS)                 \

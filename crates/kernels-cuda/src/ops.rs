@@ -890,6 +890,21 @@ fn matvec_tile(
     epi: Epilogue,
     more: &mut [MatvecPart],
 ) -> Result<()> {
+    matvec_tile_with(dev, y, w, acts, epi, more, false)
+}
+
+/// [`matvec_tile`], with `late` the LATE form of the one-row-per-warp Q8_0 kernel where that is
+/// the kernel taken (`matvec_q8_row_late_q8_0`: for a launch whose activations were complete
+/// before the launch before it, which it then runs beside; see [`q8_qkv_split`]).
+fn matvec_tile_with(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    acts: &DeviceActs,
+    epi: Epilogue,
+    more: &mut [MatvecPart],
+    late: bool,
+) -> Result<()> {
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
     // Rows of whole 256-element runs are 16-byte aligned in every round: the staged kernel, with
     // 8 lanes per row (H200, Q8_0 37888×3584: 2,558 → 3,291 GB/s). With 32 (one row per warp)
@@ -912,6 +927,7 @@ fn matvec_tile(
         (8, false) => "tile",
         (8, true) => "stile",
         (16, _) => "stile16",
+        _ if late && w.dtype == DType::Q8_0 => "row_late",
         _ => "row",
     };
     let f = dev.function(
@@ -946,6 +962,33 @@ fn matvec_tile(
         })
     }?;
     Ok(())
+}
+
+/// `SYNAPTIX_Q8_QKV_SPLIT=1` (off by default; written after the twentieth pass's last machine
+/// call, not yet run on a GPU): a shared Q8_0 launch that would take the staged kernel with 16
+/// lanes a row because its rows exceed one wave of the one-row-per-warp kernel (7B's Q/K/V:
+/// 4,608 rows) takes two launches of that kernel instead, the first matrix alone (Q: 3,584
+/// rows, the whole row of each requested before the PDL wait), then the others in the LATE
+/// form beside it (K and V). The sixteenth pass measured Q/K/V at 8.6 µs a layer in place on
+/// the staged kernel against O's 3.5 on the one-row-per-warp kernel. Same bits either way.
+fn q8_qkv_split() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("SYNAPTIX_Q8_QKV_SPLIT").as_deref() == Ok("1"))
+}
+
+/// Whether [`q8_qkv_split`] applies to a shared launch of `rows` rows whose first matrix is
+/// `first`: the launch would take the staged kernel with 16 lanes a row (more rows than one
+/// wave of the one-row-per-warp kernel, fewer than the 8-lane kernel's minimum, 256-aligned
+/// rows) and each of the two launches fits in one wave.
+fn qkv_split_fits(dev: &CudaDevice, first: &DeviceMatrix, rows: usize) -> bool {
+    let wave = sm_count(dev) * ROW_KERNEL_WARPS_PER_SM;
+    staged_tile_kernel()
+        && staged_tile16().is_none()
+        && first.cols.is_multiple_of(256)
+        && rows > wave
+        && rows < 4 * sm_count(dev) * (MVT_WARPS * 32 / 8)
+        && first.rows <= wave
+        && rows - first.rows <= wave
 }
 
 /// `SYNAPTIX_Q8_STILE16=1` / `=0`: [`matvec_tile`] gives every row count too small for 8
@@ -1595,6 +1638,16 @@ pub fn matvec_many(
                     && matvec_rows(dev, first.y, first.w, RowActs::Quantized(acts), epi, rest)?
                 {
                     return Ok(());
+                }
+                if q8_qkv_split() && dtype == DType::Q8_0 && qkv_split_fits(dev, first.w, rows) {
+                    // The first matrix alone, then the others beside it (LATE).
+                    matvec_tile(dev, first.y, first.w, acts, epi, &mut [])?;
+                    let (second, more) = rest.split_first_mut().expect("shared: rest not empty");
+                    let epi = Epilogue {
+                        bias: second.bias,
+                        residual: None,
+                    };
+                    return matvec_tile_with(dev, second.y, second.w, acts, epi, more, true);
                 }
                 if use_tile_kernel(dtype, rows) {
                     return matvec_tile(dev, first.y, first.w, acts, epi, rest);
