@@ -568,20 +568,23 @@ struct mv_acts_step {
         }
     };
 
-    template <typename F>
+    // CG: through L2 only (a LATE launch, which reads before any PDL wait of its own).
+    template <typename F, bool CG = false>
     __device__ bool read(int id, const u8* acts, long long meta_off, long long bsums_off, int k,
                          int m0, int nc, int sb0, int span, int n_units) {
         const task t(id, span);
         if (t.j >= nc || sb0 + t.sbx >= n_units) return false;
         const i64 ae = (i64)(m0 + t.j) * k + (i64)(sb0 + t.sbx) * QK_K;
+        auto ld16 = [](const u8* p) { return CG ? __ldcg((const uint4*)p) : mv_ld_nc16(p); };
         if (t.g < 8) {
-            x = mv_ld_nc16(acts + ae + 32 * t.g), z = mv_ld_nc16(acts + ae + 32 * t.g + 16);
+            x = ld16(acts + ae + 32 * t.g), z = ld16(acts + ae + 32 * t.g + 16);
         } else {
             if (F::MIN) {
                 const u8* bs = acts + bsums_off + (ae / 16) * 2;
-                x = mv_ld_nc16(bs), z = mv_ld_nc16(bs + 16);
+                x = ld16(bs), z = ld16(bs + 16);
             }
-            d = *(const float*)(acts + meta_off + (ae / QK_K) * 4);
+            const float* dp = (const float*)(acts + meta_off + (ae / QK_K) * 4);
+            d = CG ? __ldcg(dp) : *dp;
         }
         return true;
     }
@@ -1806,8 +1809,8 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
             bool ok[NT];
 #pragma unroll
             for (int i = 0; i < NT; ++i)
-                ok[i] = s[i].read<F>(id0 + i * W * WARP, acts, meta_off, bsums_off, k, 0, 1,
-                                     0, n_sb, n_sb);
+                ok[i] = s[i].template read<F, LATE>(id0 + i * W * WARP, acts, meta_off, bsums_off,
+                                                    k, 0, 1, 0, n_sb, n_sb);
 #pragma unroll
             for (int i = 0; i < NT; ++i)
                 if (ok[i]) mvr_write_acts<F>(s[i], id0 + i * W * WARP, acts_t);
@@ -1954,8 +1957,9 @@ MATVEC_Q8_ROWS(q6_k_w6_long, mv_q6_k, 6, MVR_LONG)
 MATVEC_Q8_ROWS(q4_k_w8_long, mv_q4_k, 8, MVR_LONG)
 MATVEC_Q8_ROWS(q5_k_w8_long, mv_q5_k, 8, MVR_LONG)
 MATVEC_Q8_ROWS(q6_k_w8_long, mv_q6_k, 8, MVR_LONG)
-// The LATE form (four warps, whole-row rounds, the raw row): a second format's matrices after
-// the first's launch on the same normalised row (1.5B Q4_K_M: V in Q6_K after Q and K in Q4_K).
+// The LATE form (four warps, whole-row rounds): a second format's matrices after the first's
+// launch on the same row (1.5B Q4_K_M: V in Q6_K after Q and K in Q4_K, the raw row; with
+// `SYNAPTIX_ROWS_LATE_Q=1`, 7B Q4_K_M's K and V after Q, the quantized row).
 #define MATVEC_Q8_ROWS_LATE(name, fmt)                                                           \
     extern "C" __global__ void __launch_bounds__(4 * WARP, 4)                                    \
         matvec_q8_rows_##name##_late(float* y, const u8* w, const u8* acts, long long meta_off,  \

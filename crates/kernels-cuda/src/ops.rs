@@ -1146,8 +1146,8 @@ fn matvec_rows(
 }
 
 /// [`matvec_rows`], with `late` the kernel's LATE form where it has one (whole-row rounds of
-/// Q4_K / Q5_K / Q6_K from the raw row): for a launch whose inputs were all complete before
-/// the launch before it, which it then runs beside (see `rms_norm_matvec_many`).
+/// Q4_K / Q5_K / Q6_K): for a launch whose inputs were all complete before the launch before
+/// it, which it then runs beside (see `rms_norm_matvec_many`, `rows_late_quantized`).
 fn matvec_rows_with(
     dev: &CudaDevice,
     y: &mut DeviceBuffer<f32>,
@@ -1162,8 +1162,7 @@ fn matvec_rows_with(
     if !more.is_empty() && (!mv_rows_multi(w.dtype) || rows_long(w.cols)) {
         return Ok(false);
     }
-    let late =
-        late && mv_rows_whole(w.dtype) && !rows_long(w.cols) && matches!(acts, RowActs::Raw { .. });
+    let late = late && mv_rows_whole(w.dtype) && !rows_long(w.cols);
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
     // A few blocks per SM (each transposes the activation row once, then its warps split the
     // rows), no block without rows, and as many rows for every warp as the grid allows (no
@@ -1674,19 +1673,51 @@ pub fn matvec_many(
             _ => {}
         }
     }
-    for p in parts.iter_mut() {
+    for (i, p) in parts.iter_mut().enumerate() {
         let epi = Epilogue {
             bias: p.bias,
             residual: None,
         };
         match acts {
             Some(acts) if activation_format(p.w.dtype).is_some() => {
+                // One row against k-quant weights after the first part: the row kernel's LATE
+                // form beside the launch before it (`rows_late_quantized`).
+                if i > 0
+                    && m == 1
+                    && rows_late_quantized()
+                    && activation_format(p.w.dtype) == Some(acts.dtype)
+                    && acts.rows == 1
+                    && acts.cols == p.w.cols
+                    && use_rows_kernel(p.w)
+                    && rows_kernel_fits(dev, p.w.dtype, p.w.cols)?
+                    && matvec_rows_with(
+                        dev,
+                        p.y,
+                        p.w,
+                        RowActs::Quantized(acts),
+                        epi,
+                        &mut [],
+                        true,
+                    )?
+                {
+                    continue;
+                }
                 matvec_quantized_with(dev, p.y, p.w, acts, epi)?
             }
             _ => matvec_with(dev, p.y, p.w, x, epi)?,
         }
     }
     Ok(())
+}
+
+/// `SYNAPTIX_ROWS_LATE_Q=1` (off by default; written after the twentieth pass's last machine
+/// call, not yet run on a GPU): [`matvec_many`]'s separate launches after its first (matrices
+/// of different formats on one quantized row: 7B Q4_K_M's Q and K in Q4_K, V in Q6_K, each in
+/// a launch of its own) take the k-quant row kernel's LATE form, as `rms_norm_matvec_many`'s
+/// do on the raw row by default (`rows_late`).
+fn rows_late_quantized() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("SYNAPTIX_ROWS_LATE_Q").as_deref() == Ok("1"))
 }
 
 /// `SYNAPTIX_NO_MATVEC_MANY` set: every matrix of [`matvec_many`] gets its own launch.

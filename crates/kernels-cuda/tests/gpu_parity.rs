@@ -564,6 +564,52 @@ fn matvec_rows_kernel_larger_blocks_match_cpu() {
     }
 }
 
+/// Matrices of different formats on one quantized row (`matvec_many`: 7B Q4_K_M's Q and K in
+/// Q4_K, V in Q6_K, a launch each; K and V in the row kernel's LATE form with
+/// `SYNAPTIX_ROWS_LATE_Q=1`) give bit for bit the CPU's products plus bias.
+#[test]
+fn matvec_many_mixed_formats_match_cpu() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let cols = 3584;
+    let mats = [(DType::Q4K, 3584), (DType::Q4K, 512), (DType::Q6K, 512)];
+    let x = activations(&mut rng, 1, cols);
+    let dx = dev.upload(&x).unwrap();
+    let mut acts = ops::DeviceActs::new(&dev, DType::Q4K, 1, cols).unwrap();
+    ops::quantize_acts(&dev, &mut acts, &dx).unwrap();
+    let mut wants = Vec::new();
+    let mut weights = Vec::new();
+    let mut biases = Vec::new();
+    for (dtype, rows) in mats {
+        let bytes = random_weights(&mut rng, dtype, rows, cols);
+        let bias = rng.vec(rows, 1.0);
+        let product = cpu_matmul(dtype, &bytes, rows, cols, &x, 1);
+        wants.push(
+            product
+                .iter()
+                .zip(&bias)
+                .map(|(p, b)| p + b)
+                .collect::<Vec<f32>>(),
+        );
+        weights.push(DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap());
+        biases.push(dev.upload(&bias).unwrap());
+    }
+    let mut ys: Vec<DeviceBuffer<f32>> = mats.iter().map(|&(_, r)| poisoned(&dev, r)).collect();
+    let mut parts = matvec_parts(&mut ys, &weights, &biases);
+    ops::matvec_many(&dev, &mut parts, &dx, Some(&acts)).unwrap();
+    drop(parts);
+    for (i, (y, want)) in ys.iter().zip(&wants).enumerate() {
+        let got = dev.download(y).unwrap();
+        let (n, first) = bit_mismatches(&got, want, mats[i].1);
+        assert!(
+            n == 0,
+            "matvec_many {:?}: {n} outputs differ from the CPU:\n  {first}",
+            mats[i]
+        );
+    }
+}
+
 /// One quantization serves several weight matrices of formats with the same activation format,
 /// bit for bit like the CPU.
 #[test]
@@ -1294,7 +1340,12 @@ fn rms_norm_matvec_many_matches_norm_then_matvec() {
     let Some((dev, mut rng)) = device() else {
         return;
     };
-    let cases: [(usize, &[(DType, usize)]); 5] = [
+    // 3584 × (Q4_K 3584, Q4_K 512, Q6_K 512): 7B Q4_K_M's Q/K/V, V in the LATE form.
+    let cases: [(usize, &[(DType, usize)]); 6] = [
+        (
+            3584,
+            &[(DType::Q4K, 3584), (DType::Q4K, 512), (DType::Q6K, 512)],
+        ),
         (
             1536,
             &[(DType::Q4K, 1536), (DType::Q4K, 256), (DType::Q4K, 256)],
