@@ -266,6 +266,22 @@ fn gelu_table() -> Vec<u16> {
 }
 
 /// One part per (output, matrix, bias) for the many-matrix products.
+/// Random `rows × x.len()` weights of `dtype`, a random bias, and the CPU's product of one
+/// activation row `x` plus that bias.
+fn weights_bias_and_product(
+    rng: &mut Rng,
+    dtype: DType,
+    rows: usize,
+    x: &[f32],
+) -> (Vec<u8>, Vec<f32>, Vec<f32>) {
+    let cols = x.len();
+    let bytes = random_weights(rng, dtype, rows, cols);
+    let bias = rng.vec(rows, 1.0);
+    let product = cpu_matmul(dtype, &bytes, rows, cols, x, 1);
+    let want = product.iter().zip(&bias).map(|(p, b)| p + b).collect();
+    (bytes, bias, want)
+}
+
 fn matvec_parts<'a>(
     ys: &'a mut [DeviceBuffer<f32>],
     weights: &'a [DeviceMatrix],
@@ -582,16 +598,8 @@ fn matvec_many_mixed_formats_match_cpu() {
     let mut weights = Vec::new();
     let mut biases = Vec::new();
     for (dtype, rows) in mats {
-        let bytes = random_weights(&mut rng, dtype, rows, cols);
-        let bias = rng.vec(rows, 1.0);
-        let product = cpu_matmul(dtype, &bytes, rows, cols, &x, 1);
-        wants.push(
-            product
-                .iter()
-                .zip(&bias)
-                .map(|(p, b)| p + b)
-                .collect::<Vec<f32>>(),
-        );
+        let (bytes, bias, want) = weights_bias_and_product(&mut rng, dtype, rows, &x);
+        wants.push(want);
         weights.push(DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap());
         biases.push(dev.upload(&bias).unwrap());
     }
@@ -1810,16 +1818,8 @@ fn matvec_many_matches_separate_products() {
         let mut mats = Vec::new();
         let mut biases = Vec::new();
         for &rows in heights {
-            let bytes = random_weights(&mut rng, dtype, rows, cols);
-            let bias = rng.vec(rows, 1.0);
-            let product = cpu_matmul(dtype, &bytes, rows, cols, &x, 1);
-            wants.push(
-                product
-                    .iter()
-                    .zip(&bias)
-                    .map(|(p, b)| p + b)
-                    .collect::<Vec<f32>>(),
-            );
+            let (bytes, bias, want) = weights_bias_and_product(&mut rng, dtype, rows, &x);
+            wants.push(want);
             let mut m = DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap();
             let unsplit = cols == 3072;
             if dtype == DType::Q8_0
