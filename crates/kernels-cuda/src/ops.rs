@@ -1638,10 +1638,13 @@ pub fn matvec_many(
                 {
                     return Ok(());
                 }
-                if q8_qkv_split() && dtype == DType::Q8_0 && qkv_split_fits(dev, first.w, rows) {
+                let split = q8_qkv_split() && dtype == DType::Q8_0;
+                if let (true, Some((second, more))) = (
+                    split && qkv_split_fits(dev, first.w, rows),
+                    rest.split_first_mut(),
+                ) {
                     // The first matrix alone, then the others beside it (LATE).
                     matvec_tile(dev, first.y, first.w, acts, epi, &mut [])?;
-                    let (second, more) = rest.split_first_mut().expect("shared: rest not empty");
                     let epi = Epilogue {
                         bias: second.bias,
                         residual: None,
