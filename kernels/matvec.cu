@@ -568,23 +568,20 @@ struct mv_acts_step {
         }
     };
 
-    // CG: through L2 only (a LATE launch, which reads before any PDL wait of its own).
-    template <typename F, bool CG = false>
+    template <typename F>
     __device__ bool read(int id, const u8* acts, long long meta_off, long long bsums_off, int k,
                          int m0, int nc, int sb0, int span, int n_units) {
         const task t(id, span);
         if (t.j >= nc || sb0 + t.sbx >= n_units) return false;
         const i64 ae = (i64)(m0 + t.j) * k + (i64)(sb0 + t.sbx) * QK_K;
-        auto ld16 = [](const u8* p) { return CG ? __ldcg((const uint4*)p) : mv_ld_nc16(p); };
         if (t.g < 8) {
-            x = ld16(acts + ae + 32 * t.g), z = ld16(acts + ae + 32 * t.g + 16);
+            x = mv_ld_nc16(acts + ae + 32 * t.g), z = mv_ld_nc16(acts + ae + 32 * t.g + 16);
         } else {
             if (F::MIN) {
                 const u8* bs = acts + bsums_off + (ae / 16) * 2;
-                x = ld16(bs), z = ld16(bs + 16);
+                x = mv_ld_nc16(bs), z = mv_ld_nc16(bs + 16);
             }
-            const float* dp = (const float*)(acts + meta_off + (ae / QK_K) * 4);
-            d = CG ? __ldcg(dp) : *dp;
+            d = *(const float*)(acts + meta_off + (ae / QK_K) * 4);
         }
         return true;
     }
@@ -1112,11 +1109,7 @@ MATVEC_Q8_SHORT_NORM(q8_0, mv_q8_0, false)
 #define MVT_WARPS 4  // warps per thread block
 #define MVT_AHEAD 4  // rounds of weight blocks in registers per lane
 
-// LATE (the one-row-per-warp form only): as the k-quant row kernel's LATE form, for a launch
-// whose activations were complete before the launch before it (K and V after Q on the same
-// quantized row): no wait at the start, the activations read through L2 only, the wait at the
-// end, so that it runs beside that launch.
-template <typename F, int G, bool LATE = false>
+template <typename F, int G>
 __device__ void matvec_q8_tile(const mv_segs sg, const u8* __restrict__ acts, long long meta_off,
                                int k, const float* __restrict__ residual) {
     constexpr int R = WARP / G;  // rows per warp
@@ -1134,7 +1127,7 @@ __device__ void matvec_q8_tile(const mv_segs sg, const u8* __restrict__ acts, lo
         const int b = i * G + g;
         if (live && b < nb) ring[i].load(wr + (i64)b * F::BYTES, 0);
     }
-    if (!LATE) PDL_WAIT();  // weights are on their way
+    PDL_WAIT();  // weights are on their way
     PDL_TRIGGER();
     const i8* qs = (const i8*)acts;
     const u8* meta = acts + meta_off;
@@ -1148,17 +1141,8 @@ __device__ void matvec_q8_tile(const mv_segs sg, const u8* __restrict__ acts, lo
             float t = 0.0f;
             if (live && b < nb) {
                 u32 a[8];
-                if (LATE) {
-                    const uint4 x = __ldcg((const uint4*)(qs + 32 * (i64)b)),
-                                z = __ldcg((const uint4*)(qs + 32 * (i64)b + 16));
-                    a[0] = x.x, a[1] = x.y, a[2] = x.z, a[3] = x.w;
-                    a[4] = z.x, a[5] = z.y, a[6] = z.z, a[7] = z.w;
-                } else {
-                    mv_load_acts(qs + 32 * (i64)b, a);
-                }
-                const uint2 am = LATE ? __ldcg((const uint2*)(meta + (i64)b * 8))
-                                      : *(const uint2*)(meta + (i64)b * 8);
-                t = ring[i].term(a, am);
+                mv_load_acts(qs + 32 * (i64)b, a);
+                t = ring[i].term(a, *(const uint2*)(meta + (i64)b * 8));
             }
             const int bn = b + MVT_AHEAD * G;  // this slot's next block
             if (live && bn < nb) ring[i].load(wr + (i64)bn * F::BYTES, 0);
@@ -1167,7 +1151,6 @@ __device__ void matvec_q8_tile(const mv_segs sg, const u8* __restrict__ acts, lo
         }
     }
     if (live && g == 0) sg.y(sgi)[lr] = mv_epilogue(acc, sg.bias(sgi), residual, lr, lr);
-    if (LATE) PDL_WAIT();  // the launch before ends before this one
 }
 
 // The same rounds, chains and terms as `matvec_q8_tile` (bit for bit), with the weights staged:
@@ -1297,12 +1280,6 @@ MATVEC_Q8_TILE(q4_1, mv_q4_1)
 MATVEC_Q8_TILE(q5_0, mv_q5_0)
 MATVEC_Q8_TILE(q5_1, mv_q5_1)
 MATVEC_Q8_TILE(q8_0, mv_q8_0)
-extern "C" __global__ void __launch_bounds__(MVT_WARPS * WARP)
-    matvec_q8_row_late_q8_0(float* y, const u8* w, const u8* acts, long long meta_off, int n_out,
-                            int k, const float* bias, const float* residual, MV_SEG_PARAMS) {
-    PDL_WAITS_INSIDE();
-    matvec_q8_tile<mv_q8_0, 32, true>(MV_SEGS(y, w, bias, n_out), acts, meta_off, k, residual);
-}
 
 #define MATVEC_Q8(name, fmt)                                                                     \
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV_MIN_BLOCKS)                 \
@@ -1809,8 +1786,8 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
             bool ok[NT];
 #pragma unroll
             for (int i = 0; i < NT; ++i)
-                ok[i] = s[i].template read<F, LATE>(id0 + i * W * WARP, acts, meta_off, bsums_off,
-                                                    k, 0, 1, 0, n_sb, n_sb);
+                ok[i] = s[i].read<F>(id0 + i * W * WARP, acts, meta_off, bsums_off, k, 0, 1,
+                                     0, n_sb, n_sb);
 #pragma unroll
             for (int i = 0; i < NT; ++i)
                 if (ok[i]) mvr_write_acts<F>(s[i], id0 + i * W * WARP, acts_t);
@@ -1957,9 +1934,8 @@ MATVEC_Q8_ROWS(q6_k_w6_long, mv_q6_k, 6, MVR_LONG)
 MATVEC_Q8_ROWS(q4_k_w8_long, mv_q4_k, 8, MVR_LONG)
 MATVEC_Q8_ROWS(q5_k_w8_long, mv_q5_k, 8, MVR_LONG)
 MATVEC_Q8_ROWS(q6_k_w8_long, mv_q6_k, 8, MVR_LONG)
-// The LATE form (four warps, whole-row rounds): a second format's matrices after the first's
-// launch on the same row (1.5B Q4_K_M: V in Q6_K after Q and K in Q4_K, the raw row; with
-// `SYNAPTIX_ROWS_LATE_Q=1`, 7B Q4_K_M's K and V after Q, the quantized row).
+// The LATE form (four warps, whole-row rounds, the raw row): a second format's matrices after
+// the first's launch on the same normalised row (1.5B Q4_K_M: V in Q6_K after Q and K in Q4_K).
 #define MATVEC_Q8_ROWS_LATE(name, fmt)                                                           \
     extern "C" __global__ void __launch_bounds__(4 * WARP, 4)                                    \
         matvec_q8_rows_##name##_late(float* y, const u8* w, const u8* acts, long long meta_off,  \

@@ -890,21 +890,6 @@ fn matvec_tile(
     epi: Epilogue,
     more: &mut [MatvecPart],
 ) -> Result<()> {
-    matvec_tile_with(dev, y, w, acts, epi, more, false)
-}
-
-/// [`matvec_tile`], with `late` the LATE form of the one-row-per-warp Q8_0 kernel where that is
-/// the kernel taken (`matvec_q8_row_late_q8_0`: for a launch whose activations were complete
-/// before the launch before it, which it then runs beside; see [`q8_qkv_split`]).
-fn matvec_tile_with(
-    dev: &CudaDevice,
-    y: &mut DeviceBuffer<f32>,
-    w: &DeviceMatrix,
-    acts: &DeviceActs,
-    epi: Epilogue,
-    more: &mut [MatvecPart],
-    late: bool,
-) -> Result<()> {
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
     // Rows of whole 256-element runs are 16-byte aligned in every round: the staged kernel, with
     // 8 lanes per row (H200, Q8_0 37888×3584: 2,558 → 3,291 GB/s). With 32 (one row per warp)
@@ -927,7 +912,6 @@ fn matvec_tile_with(
         (8, false) => "tile",
         (8, true) => "stile",
         (16, _) => "stile16",
-        _ if late && w.dtype == DType::Q8_0 => "row_late",
         _ => "row",
     };
     let f = dev.function(
@@ -962,33 +946,6 @@ fn matvec_tile_with(
         })
     }?;
     Ok(())
-}
-
-/// `SYNAPTIX_Q8_QKV_SPLIT=1` (off by default; written after the twentieth pass's last machine
-/// call, not yet run on a GPU): a shared Q8_0 launch that would take the staged kernel with 16
-/// lanes a row because its rows exceed one wave of the one-row-per-warp kernel (7B's Q/K/V:
-/// 4,608 rows) takes two launches of that kernel instead, the first matrix alone (Q: 3,584
-/// rows, the whole row of each requested before the PDL wait), then the others in the LATE
-/// form beside it (K and V). The sixteenth pass measured Q/K/V at 8.6 µs a layer in place on
-/// the staged kernel against O's 3.5 on the one-row-per-warp kernel. Same bits either way.
-fn q8_qkv_split() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("SYNAPTIX_Q8_QKV_SPLIT").as_deref() == Ok("1"))
-}
-
-/// Whether [`q8_qkv_split`] applies to a shared launch of `rows` rows whose first matrix is
-/// `first`: the launch would take the staged kernel with 16 lanes a row (more rows than one
-/// wave of the one-row-per-warp kernel, fewer than the 8-lane kernel's minimum, 256-aligned
-/// rows) and each of the two launches fits in one wave.
-fn qkv_split_fits(dev: &CudaDevice, first: &DeviceMatrix, rows: usize) -> bool {
-    let wave = sm_count(dev) * ROW_KERNEL_WARPS_PER_SM;
-    staged_tile_kernel()
-        && staged_tile16().is_none()
-        && first.cols.is_multiple_of(256)
-        && rows > wave
-        && rows < 4 * sm_count(dev) * (MVT_WARPS * 32 / 8)
-        && first.rows <= wave
-        && rows - first.rows <= wave
 }
 
 /// `SYNAPTIX_Q8_STILE16=1` / `=0`: [`matvec_tile`] gives every row count too small for 8
@@ -1146,8 +1103,8 @@ fn matvec_rows(
 }
 
 /// [`matvec_rows`], with `late` the kernel's LATE form where it has one (whole-row rounds of
-/// Q4_K / Q5_K / Q6_K): for a launch whose inputs were all complete before the launch before
-/// it, which it then runs beside (see `rms_norm_matvec_many`, `rows_late_quantized`).
+/// Q4_K / Q5_K / Q6_K from the raw row): for a launch whose inputs were all complete before
+/// the launch before it, which it then runs beside (see `rms_norm_matvec_many`).
 fn matvec_rows_with(
     dev: &CudaDevice,
     y: &mut DeviceBuffer<f32>,
@@ -1162,7 +1119,8 @@ fn matvec_rows_with(
     if !more.is_empty() && (!mv_rows_multi(w.dtype) || rows_long(w.cols)) {
         return Ok(false);
     }
-    let late = late && mv_rows_whole(w.dtype) && !rows_long(w.cols);
+    let late =
+        late && mv_rows_whole(w.dtype) && !rows_long(w.cols) && matches!(acts, RowActs::Raw { .. });
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
     // A few blocks per SM (each transposes the activation row once, then its warps split the
     // rows), no block without rows, and as many rows for every warp as the grid allows (no
@@ -1638,19 +1596,6 @@ pub fn matvec_many(
                 {
                     return Ok(());
                 }
-                let split = q8_qkv_split() && dtype == DType::Q8_0;
-                if let (true, Some((second, more))) = (
-                    split && qkv_split_fits(dev, first.w, rows),
-                    rest.split_first_mut(),
-                ) {
-                    // The first matrix alone, then the others beside it (LATE).
-                    matvec_tile(dev, first.y, first.w, acts, epi, &mut [])?;
-                    let epi = Epilogue {
-                        bias: second.bias,
-                        residual: None,
-                    };
-                    return matvec_tile_with(dev, second.y, second.w, acts, epi, more, true);
-                }
                 if use_tile_kernel(dtype, rows) {
                     return matvec_tile(dev, first.y, first.w, acts, epi, rest);
                 }
@@ -1676,51 +1621,19 @@ pub fn matvec_many(
             _ => {}
         }
     }
-    for (i, p) in parts.iter_mut().enumerate() {
+    for p in parts.iter_mut() {
         let epi = Epilogue {
             bias: p.bias,
             residual: None,
         };
         match acts {
             Some(acts) if activation_format(p.w.dtype).is_some() => {
-                // One row against k-quant weights after the first part: the row kernel's LATE
-                // form beside the launch before it (`rows_late_quantized`).
-                if i > 0
-                    && m == 1
-                    && rows_late_quantized()
-                    && activation_format(p.w.dtype) == Some(acts.dtype)
-                    && acts.rows == 1
-                    && acts.cols == p.w.cols
-                    && use_rows_kernel(p.w)
-                    && rows_kernel_fits(dev, p.w.dtype, p.w.cols)?
-                    && matvec_rows_with(
-                        dev,
-                        p.y,
-                        p.w,
-                        RowActs::Quantized(acts),
-                        epi,
-                        &mut [],
-                        true,
-                    )?
-                {
-                    continue;
-                }
                 matvec_quantized_with(dev, p.y, p.w, acts, epi)?
             }
             _ => matvec_with(dev, p.y, p.w, x, epi)?,
         }
     }
     Ok(())
-}
-
-/// `SYNAPTIX_ROWS_LATE_Q=1` (off by default; written after the twentieth pass's last machine
-/// call, not yet run on a GPU): [`matvec_many`]'s separate launches after its first (matrices
-/// of different formats on one quantized row: 7B Q4_K_M's Q and K in Q4_K, V in Q6_K, each in
-/// a launch of its own) take the k-quant row kernel's LATE form, as `rms_norm_matvec_many`'s
-/// do on the raw row by default (`rows_late`).
-fn rows_late_quantized() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("SYNAPTIX_ROWS_LATE_Q").as_deref() == Ok("1"))
 }
 
 /// `SYNAPTIX_NO_MATVEC_MANY` set: every matrix of [`matvec_many`] gets its own launch.

@@ -581,8 +581,7 @@ fn matvec_rows_kernel_larger_blocks_match_cpu() {
 }
 
 /// Matrices of different formats on one quantized row (`matvec_many`: 7B Q4_K_M's Q and K in
-/// Q4_K, V in Q6_K, a launch each; K and V in the row kernel's LATE form with
-/// `SYNAPTIX_ROWS_LATE_Q=1`) give bit for bit the CPU's products plus bias.
+/// Q4_K, V in Q6_K, a launch each) give bit for bit the CPU's products plus bias.
 #[test]
 fn matvec_many_mixed_formats_match_cpu() {
     let Some((dev, mut rng)) = device() else {
@@ -1785,8 +1784,7 @@ fn matvec_many_matches_separate_products() {
     // second matrix) and 50,000 rows of 896 (`matvec_q8p` by default: 11-12 rows a warp, a last
     // group of 12 blocks).
     // Q8_0 3072 × (3072, 768, 768) stays unsplit (below): 4,608 rows, more than one wave of
-    // the one-row-per-warp kernel on an H200, so the staged kernel with 16 lanes a row, or with
-    // `SYNAPTIX_Q8_QKV_SPLIT=1` the first matrix alone and the others in the LATE form.
+    // the one-row-per-warp kernel on an H200, so the staged kernel with 16 lanes a row.
     let cases: [(DType, usize, &[usize]); 17] = [
         (DType::Q8_0, 3072, &[3072, 768, 768]),
         (DType::Q5_0, 896, &[896, 128, 128]),
