@@ -1129,8 +1129,14 @@ fn matvec_rows_with(
     // Q4_K 3584×18944 16.4 → 17.9 µs, 37888×3584 22.5 → 23.3. Of the block sizes, the one
     // that leaves the fewest rows per warp (ties: the smallest): where shared memory caps the
     // blocks per SM (long rows), larger blocks fit more warps.
-    let Some((warps, f, smem, rows_per_warp)) =
-        rows_launch_shape(dev, w.dtype, w.cols, rows, late)?
+    let Some((warps, f, smem, rows_per_warp)) = rows_launch_shape(
+        dev,
+        w.dtype,
+        w.cols,
+        rows,
+        late,
+        preferred_block_warps(&acts, w.cols),
+    )?
     else {
         return Ok(false);
     };
@@ -1175,15 +1181,59 @@ fn matvec_rows_with(
     Ok(true)
 }
 
+/// Which block size a launch of the row kernel prefers (twenty-first pass, H200):
+/// - one that quantizes an f32 row itself (after RMSNorm or not) takes 6 warps wherever they
+///   fit: every block normalises and quantizes the whole row, so fewer, larger blocks repeat
+///   that less. 1.5B Q4_K_M tg128: 788 t/s with the old rule (the fewest rows per warp, the
+///   smallest block on ties: 4 warps, 8 for the Q6_K head), 800 with 6 on ties, 807 with 8 on
+///   ties, 809-811 with 6 everywhere (the head too);
+/// - long rows (more than 32 super-blocks: each block transposes the whole row) take 6 warps
+///   where that leaves as few rows per warp as any other size (1.5B's down projection: 797 → 800).
+///   0.5B's down projection (19 super-blocks, a quantized row) lost with 6 (1,348 → 1,336), and
+///   7B's sizes leave no ties, so the rule stops there.
+///
+/// `SYNAPTIX_ROWS_RAW_WARPS=N` / `SYNAPTIX_ROWS_LONG_WARPS=N` set them (4: the old rule).
+#[derive(Clone, Copy)]
+enum BlockPreference {
+    /// This size wherever it fits.
+    Always(usize),
+    /// This size where it leaves as few rows per warp as the best.
+    OnTies(usize),
+}
+
+fn preferred_block_warps(acts: &RowActs, cols: usize) -> Option<BlockPreference> {
+    fn from_env(name: &str) -> usize {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|w| MVR_WARP_CHOICES.contains(w))
+            .unwrap_or(6)
+    }
+    static RAW: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    static LONG: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    if matches!(acts, RowActs::Raw { .. }) {
+        let warps = *RAW.get_or_init(|| from_env("SYNAPTIX_ROWS_RAW_WARPS"));
+        (warps != MVR_WARPS).then_some(BlockPreference::Always(warps))
+    } else if rows_long(cols) {
+        let warps = *LONG.get_or_init(|| from_env("SYNAPTIX_ROWS_LONG_WARPS"));
+        Some(BlockPreference::OnTies(warps))
+    } else {
+        None
+    }
+}
+
 /// Warps per block, function, shared memory and rows per warp of `matvec_q8_rows_*` for `rows`
-/// rows of `cols` values of `dtype`; None when no block fits (very long rows).
-/// `SYNAPTIX_ROWS_WARPS=4|6|8` forces a block size where it fits (comparisons).
+/// rows of `cols` values of `dtype`; None when no block fits (very long rows). Of the sizes that
+/// fit, the one `preferred` names (see [`preferred_block_warps`]), else the one leaving the fewest
+/// rows per warp, the smallest on ties. `SYNAPTIX_ROWS_WARPS=4|6|8` forces a block size where it
+/// fits (comparisons).
 fn rows_launch_shape(
     dev: &CudaDevice,
     dtype: DType,
     cols: usize,
     rows: usize,
     late: bool,
+    preferred: Option<BlockPreference>,
 ) -> Result<Option<(usize, cudarc::driver::CudaFunction, usize, usize)>> {
     static FORCED: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     let forced = *FORCED.get_or_init(|| {
@@ -1192,6 +1242,11 @@ fn rows_launch_shape(
             .and_then(|v| v.parse().ok())
             .filter(|w| MVR_WARP_CHOICES.contains(w))
     });
+    let (always, on_ties) = match preferred {
+        Some(BlockPreference::Always(w)) => (Some(w), None),
+        Some(BlockPreference::OnTies(w)) => (None, Some(w)),
+        None => (None, None),
+    };
     // The LATE form has four warps a block only.
     let choices: &[usize] = if mv_rows_whole(dtype) && !late {
         &MVR_WARP_CHOICES
@@ -1219,7 +1274,13 @@ fn rows_launch_shape(
         // At most 16 warps an SM: the kernel's 128 registers per thread.
         let max_warps = (per_sm * warps).min(16) * sm_count(dev);
         let rows_per_warp = rows.div_ceil(max_warps);
-        if best.as_ref().is_none_or(|b| rows_per_warp < b.3) {
+        if forced.is_none() && always == Some(warps) {
+            return Ok(Some((warps, f, smem, rows_per_warp)));
+        }
+        let better = best.as_ref().is_none_or(|b| {
+            rows_per_warp < b.3 || (rows_per_warp == b.3 && on_ties == Some(warps))
+        });
+        if better {
             best = Some((warps, f, smem, rows_per_warp));
         }
     }
