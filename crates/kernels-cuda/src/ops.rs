@@ -1091,21 +1091,11 @@ enum RowActs<'a> {
     },
 }
 
+/// One activation row against Q3_K .. Q6_K weights on `matvec_q8_rows_*` (`Ok(false)`: nothing
+/// launched, the caller takes another kernel). `late`: the kernel's LATE form where it has one
+/// (whole-row rounds of Q4_K / Q5_K / Q6_K from the raw row), for a launch whose inputs were all
+/// complete before the launch before it, which it then runs beside (see `rms_norm_matvec_many`).
 fn matvec_rows(
-    dev: &CudaDevice,
-    y: &mut DeviceBuffer<f32>,
-    w: &DeviceMatrix,
-    acts: RowActs,
-    epi: Epilogue,
-    more: &mut [MatvecPart],
-) -> Result<bool> {
-    matvec_rows_with(dev, y, w, acts, epi, more, false)
-}
-
-/// [`matvec_rows`], with `late` the kernel's LATE form where it has one (whole-row rounds of
-/// Q4_K / Q5_K / Q6_K from the raw row): for a launch whose inputs were all complete before
-/// the launch before it, which it then runs beside (see `rms_norm_matvec_many`).
-fn matvec_rows_with(
     dev: &CudaDevice,
     y: &mut DeviceBuffer<f32>,
     w: &DeviceMatrix,
@@ -1127,8 +1117,9 @@ fn matvec_rows_with(
     // warp waits on a neighbour with one row more, a third more work with long rows). One even
     // wave (every warp's rows within one, every SM's within a few) measured slower on an H200:
     // Q4_K 3584×18944 16.4 → 17.9 µs, 37888×3584 22.5 → 23.3. Of the block sizes, the one
-    // that leaves the fewest rows per warp (ties: the smallest): where shared memory caps the
-    // blocks per SM (long rows), larger blocks fit more warps.
+    // that leaves the fewest rows per warp (ties: the smallest; where shared memory caps the
+    // blocks per SM, long rows, larger blocks fit more warps), unless `preferred_block_warps`
+    // names one.
     let Some((warps, f, smem, rows_per_warp)) = rows_launch_shape(
         dev,
         w.dtype,
@@ -1181,6 +1172,15 @@ fn matvec_rows_with(
     Ok(true)
 }
 
+/// A block size [`preferred_block_warps`] asks [`rows_launch_shape`] for.
+#[derive(Clone, Copy)]
+enum BlockPreference {
+    /// This size wherever it fits.
+    Always(usize),
+    /// This size where it leaves as few rows per warp as the best.
+    OnTies(usize),
+}
+
 /// Which block size a launch of the row kernel prefers (twenty-first pass, H200):
 /// - one that quantizes an f32 row itself (after RMSNorm or not) takes 6 warps wherever they
 ///   fit: every block normalises and quantizes the whole row, so fewer, larger blocks repeat
@@ -1193,14 +1193,6 @@ fn matvec_rows_with(
 ///   7B's sizes leave no ties, so the rule stops there.
 ///
 /// `SYNAPTIX_ROWS_RAW_WARPS=N` / `SYNAPTIX_ROWS_LONG_WARPS=N` set them (4: the old rule).
-#[derive(Clone, Copy)]
-enum BlockPreference {
-    /// This size wherever it fits.
-    Always(usize),
-    /// This size where it leaves as few rows per warp as the best.
-    OnTies(usize),
-}
-
 fn preferred_block_warps(acts: &RowActs, cols: usize) -> Option<BlockPreference> {
     fn from_env(name: &str) -> usize {
         std::env::var(name)
@@ -1478,7 +1470,7 @@ pub fn matvec_quantized_with(
     }
     if m == 1
         && use_rows_kernel(w)
-        && matvec_rows(dev, y, w, RowActs::Quantized(acts), epi, &mut [])?
+        && matvec_rows(dev, y, w, RowActs::Quantized(acts), epi, &mut [], false)?
     {
         return Ok(());
     }
@@ -1578,7 +1570,7 @@ pub fn rms_norm_matvec_many(
             residual: None,
         };
         let late = at > 0 && rows_late();
-        if !matvec_rows_with(dev, first.y, first.w, acts, epi, rest, late)? {
+        if !matvec_rows(dev, first.y, first.w, acts, epi, rest, late)? {
             // rows_kernel_fits said yes above.
             return Err(CudaError::Invalid {
                 op: "rms_norm_matvec_many",
@@ -1653,7 +1645,15 @@ pub fn matvec_many(
                 }
                 if mv_rows_multi(dtype)
                     && use_rows_kernel(first.w)
-                    && matvec_rows(dev, first.y, first.w, RowActs::Quantized(acts), epi, rest)?
+                    && matvec_rows(
+                        dev,
+                        first.y,
+                        first.w,
+                        RowActs::Quantized(acts),
+                        epi,
+                        rest,
+                        false,
+                    )?
                 {
                     return Ok(());
                 }
@@ -1742,7 +1742,15 @@ pub fn matvec_with(
     if m == 1 && rows_take_raw(w) {
         epi.check(w.rows, y.len())?;
         if rows_kernel_fits(dev, w.dtype, w.cols)?
-            && matvec_rows(dev, y, w, RowActs::Raw { x, norm: None }, epi, &mut [])?
+            && matvec_rows(
+                dev,
+                y,
+                w,
+                RowActs::Raw { x, norm: None },
+                epi,
+                &mut [],
+                false,
+            )?
         {
             return Ok(());
         }
