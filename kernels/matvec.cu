@@ -1379,6 +1379,11 @@ __device__ __forceinline__ void mvb_wait(u32 bar, u32 parity) {
 // eps), the scale, then the weight); 2 SwiGLU, x the gate and x2 the up projection (swiglu_f32's
 // arithmetic); 3 GeGLU through ggml's f16 table (geglu_f32's).
 #define MVB_PRO_NONE 0
+// 1: the bulk kernel's RMSNorm prologue reads each value and norm weight once, before the sum of
+// squares (rows of at most 8 values a thread); 0: the values twice, the weights after the sum.
+#ifndef MVB_ONE_LOAD
+#define MVB_ONE_LOAD 1
+#endif
 #define MVB_PRO_NORM 1
 #define MVB_PRO_SWIGLU 2
 #define MVB_PRO_GEGLU 3
@@ -1640,11 +1645,52 @@ __device__ __forceinline__ void mvr_write_acts(const mv_acts_step& s, int id, u8
 // super-blocks w, w + (warps of the block), ...; lane i holds values 8i .. 8i + 7, whose quant j is byte i % 4
 // of lane j's word i / 4.
 // CG: x read through L2 only (a launch that reads it without its own PDL wait).
+// MVR_ONE_LOAD 1: with the norm and at most one super-block a warp, each warp reads its
+// super-block's values and norm weights once, before the block's sum of squares, and quantizes
+// them from registers (0: the values are read again after the sum, the weights then too).
+#ifndef MVR_ONE_LOAD
+#define MVR_ONE_LOAD 1
+#endif
 template <bool CG = false>
 __device__ void mvr_quantize_row(u8* acts_t, const float* __restrict__ xf,
                                  const float* __restrict__ norm_w, float eps, int k) {
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     float scale = 1.0f;
+#if MVR_ONE_LOAD
+    if (norm_w && k / QK_K <= (int)(blockDim.x / WARP)) {
+        const int sb = warp, e = sb * QK_K + 8 * lane;
+        const bool mine = sb < k / QK_K;
+        float v[8], g[8];
+        double ss = 0.0;
+        if (mine) {
+            const float4 a = CG ? __ldcg((const float4*)(xf + e)) : *(const float4*)(xf + e),
+                         b = CG ? __ldcg((const float4*)(xf + e + 4)) : *(const float4*)(xf + e + 4);
+            const float4 ga = *(const float4*)(norm_w + e), gb = *(const float4*)(norm_w + e + 4);
+            v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+            g[0] = ga.x, g[1] = ga.y, g[2] = ga.z, g[3] = ga.w, g[4] = gb.x, g[5] = gb.y, g[6] = gb.z, g[7] = gb.w;
+#pragma unroll
+            for (int i = 0; i < 8; ++i) ss += (double)__fmul_rn(v[i], v[i]);
+        }
+        ss = block_sum_f64(ss);
+        if (!mine) return;  // the caller synchronises the block next
+        const float mean = (float)(ss / (double)k);
+        scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = __fmul_rn(__fmul_rn(v[i], scale), g[i]);
+        u32 q[2];
+        int sum;
+        float d;
+        quantize_q8_k_lane(v, q, sum, d);
+        u8* dst = acts_t + sb * MV_ACT_R;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) dst[32 * j + 4 * (lane / 4) + lane % 4] = (u8)(q[j / 4] >> (8 * (j % 4)));
+        int s32 = sum + __shfl_xor_sync(MV_FULL, sum, 1);
+        s32 += __shfl_xor_sync(MV_FULL, s32, 2);
+        if (lane % 4 == 0) *(short*)(dst + 256 + 2 * (lane / 4)) = (short)s32;
+        if (lane == 0) *(float*)(dst + 272) = d;
+        return;
+    }
+#endif
     if (norm_w) {
         // As the fused RMSNorm: f32 squares summed in f64, 1/sqrtf(mean + eps), scale, weight.
         double ss = 0.0;
@@ -2275,7 +2321,40 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
     PDL_WAIT();
     PDL_TRIGGER();
     float scale = 1.0f;
-    if (pro == MVB_PRO_NORM) {
+    bool staged = false;  // x16 written already
+#if MVB_ONE_LOAD
+    // The RMSNorm with one read of each value and of its norm weight, both before the block's
+    // sum of squares (thread i: values 8i .. 8i + 7), where every thread has at most one word.
+    if (pro == MVB_PRO_NORM && k / 8 <= (int)blockDim.x) {
+        const int i = threadIdx.x;
+        const bool mine = i < k / 8;
+        float4 a = make_float4(0.f, 0.f, 0.f, 0.f), b = a, ga = a, gb = a;
+        if (mine) {
+            a = ((const float4*)x)[2 * i];
+            b = ((const float4*)x)[2 * i + 1];
+            ga = ((const float4*)nw)[2 * i];
+            gb = ((const float4*)nw)[2 * i + 1];
+        }
+        double ss = (double)__fmul_rn(a.x, a.x) + (double)__fmul_rn(a.y, a.y) + (double)__fmul_rn(a.z, a.z) +
+                    (double)__fmul_rn(a.w, a.w);
+        ss += (double)__fmul_rn(b.x, b.x) + (double)__fmul_rn(b.y, b.y) + (double)__fmul_rn(b.z, b.z) +
+              (double)__fmul_rn(b.w, b.w);
+        ss = block_sum_f64(ss);
+        scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / (double)k), eps)));
+        if (mine) {
+            a = make_float4(__fmul_rn(__fmul_rn(a.x, scale), ga.x), __fmul_rn(__fmul_rn(a.y, scale), ga.y),
+                            __fmul_rn(__fmul_rn(a.z, scale), ga.z), __fmul_rn(__fmul_rn(a.w, scale), ga.w));
+            b = make_float4(__fmul_rn(__fmul_rn(b.x, scale), gb.x), __fmul_rn(__fmul_rn(b.y, scale), gb.y),
+                            __fmul_rn(__fmul_rn(b.z, scale), gb.z), __fmul_rn(__fmul_rn(b.w, scale), gb.w));
+            x16[i] = make_uint4(mvf_round16<T>(a.x) | mvf_round16<T>(a.y) << 16,
+                                mvf_round16<T>(a.z) | mvf_round16<T>(a.w) << 16,
+                                mvf_round16<T>(b.x) | mvf_round16<T>(b.y) << 16,
+                                mvf_round16<T>(b.z) | mvf_round16<T>(b.w) << 16);
+        }
+        staged = true;
+    }
+#endif
+    if (!staged && pro == MVB_PRO_NORM) {
         double ss = 0.0;
         for (int i = threadIdx.x; i < k / 4; i += blockDim.x) {
             const float4 v = ((const float4*)x)[i];
@@ -2285,7 +2364,7 @@ __device__ void matvec_bulk(const mv_segs sg, const float* __restrict__ x, int k
         ss = block_sum_f64(ss);
         scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / (double)k), eps)));
     }
-    for (int i = threadIdx.x; i < k / 8; i += blockDim.x) {
+    for (int i = staged ? k : threadIdx.x; i < k / 8; i += blockDim.x) {
         float4 a = ((const float4*)x)[2 * i], b = ((const float4*)x)[2 * i + 1];
         if (pro != MVB_PRO_NONE) {
             const int e = 8 * i;
@@ -2454,6 +2533,12 @@ MATVEC_BULK(bf16, 2)
 #ifndef Q8S_PIECES
 #define Q8S_PIECES 1024
 #endif
+// 1: the split-copy kernels' RMSNorm prologue reads each value once (up to this many rounds of
+// 32-value blocks a warp); 0: twice, the second time after the sum of squares.
+#ifndef Q8S_ONE_LOAD
+#define Q8S_ONE_LOAD 1
+#endif
+#define Q8S_ONE_LOAD_ROUNDS 8
 #define Q8S_GROUP_BYTES 544
 __device__ __forceinline__ int q8s_row_bytes(int k) {
     const int nb = k / 32, r = nb % Q8S_GROUP_BLOCKS;
@@ -2496,6 +2581,36 @@ __device__ __forceinline__ void q8s_acts_to_shared(u8* aq, float* ad, const u8* 
                                                    float eps) {
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, n_warps = blockDim.x / WARP;
     const int nb = k / 32;
+#if Q8S_ONE_LOAD
+    // Each lane reads the values it quantizes (block warp + r·n_warps, value `lane`) and their
+    // norm weights once, before the block's sum of squares, instead of again after it (one L2
+    // round trip a round on the path).
+    if (x && nb <= Q8S_ONE_LOAD_ROUNDS * n_warps) {
+        float xv[Q8S_ONE_LOAD_ROUNDS], wv[Q8S_ONE_LOAD_ROUNDS];
+        double ss = 0.0;
+#pragma unroll
+        for (int r = 0; r < Q8S_ONE_LOAD_ROUNDS; ++r) {
+            const int bb = warp + r * n_warps;
+            xv[r] = bb < nb ? x[bb * 32 + lane] : 0.0f;
+            wv[r] = bb < nb ? nw[bb * 32 + lane] : 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < Q8S_ONE_LOAD_ROUNDS; ++r) ss += (double)__fmul_rn(xv[r], xv[r]);
+        ss = block_sum_f64(ss);
+        const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / (double)k), eps)));
+#pragma unroll
+        for (int r = 0; r < Q8S_ONE_LOAD_ROUNDS; ++r) {
+            const int bb = warp + r * n_warps;
+            if (bb >= nb) break;  // warp-uniform
+            float d;
+            const i8 q = quantize_q8_32_lane(__fmul_rn(__fmul_rn(xv[r], scale), wv[r]), d);
+            const int gi = bb / Q8S_GROUP_BLOCKS, nbg = min(Q8S_GROUP_BLOCKS, nb - gi * Q8S_GROUP_BLOCKS);
+            aq[gi * 512 + (lane / 16) * nbg * 16 + (bb % Q8S_GROUP_BLOCKS) * 16 + lane % 16] = (u8)q;
+            if (lane == 0) ad[bb] = f16_to_f32(q8_f32_to_f16(d));
+        }
+        return;
+    }
+#endif
     if (x) {
         double ss = 0.0;
         for (int i = threadIdx.x; i < k / 4; i += blockDim.x) {

@@ -438,8 +438,8 @@ fn q8s_row_bytes(cols: usize) -> usize {
 }
 
 /// Whether an uploaded Q8_0 matrix of `rows × cols` gets a split copy (`SYNAPTIX_Q8_SPLIT`):
-/// by default those of at least [`Q8S_MIN_VALUES`] values in rows of at least
-/// [`Q8S_MIN_COLS`], any with rows of at least [`Q8S_LONG_COLS`], tall ones
+/// by default those of at least [`Q8S_MIN_VALUES`] values in rows of at least [`Q8S_MIN_COLS`],
+/// narrow ones (keys and values beside such queries), tall ones
 /// ([`Q8S_TALL_VALUES`]) and huge ones ([`Q8S_HUGE_VALUES`]: output heads); `N,C` those of at least N
 /// values in rows of at least C instead; `0` none.
 fn q8s_wanted(rows: usize, cols: usize) -> bool {
@@ -466,8 +466,8 @@ fn q8s_wanted(rows: usize, cols: usize) -> bool {
         Rule::Off => false,
         Rule::Bounds(values, min_cols) => rows * cols >= values && cols >= min_cols,
         Rule::Default => {
-            (rows * cols >= Q8S_MIN_VALUES && cols >= Q8S_MIN_COLS)
-                || cols >= Q8S_LONG_COLS
+            (cols >= Q8S_MIN_COLS && rows * cols >= Q8S_MIN_VALUES)
+                || (cols >= Q8S_MIN_COLS && rows * cols >= Q8S_NARROW_VALUES && rows * 6 <= cols)
                 || (rows * cols >= Q8S_TALL_VALUES && cols >= Q8S_TALL_COLS && rows >= 2 * cols)
                 || (rows * cols >= Q8S_HUGE_VALUES && cols >= Q8S_HUGE_COLS)
         }
@@ -482,10 +482,14 @@ fn q8s_wanted(rows: usize, cols: usize) -> bool {
 /// Since the ring of 32 warps (`q8s_shape`), also tall matrices of rows of 1536 or more: 1.5B's
 /// gate/up (8960×1536) and head (151936×1536) took 1.5B Q8_0 tg128 742.4 / 742.6 → 769.9 /
 /// 769.6 (every Q8_0 matrix split: 769.6 / 769.9; at 7B that also splits Q/K/V and O: 339.9 →
-/// 332.9, and at 0.5B, rows of 896, 1,282.5 → 1,212.9).
-const Q8S_MIN_VALUES: usize = 32 << 20;
+/// 332.9, and at 0.5B, rows of 896, 1,282.5 → 1,212.9). Since whole-row rings are kept to one
+/// row a warp (`q8s_whole`), 12M values in rows of 3072 or more, and narrow matrices (at least
+/// six times as long as tall, 1M values or more) in such rows: 7B's Q, O and (GQA) K and V too
+/// (twenty-second pass: 7B Q8_0 349.2 → 354.7, 347.5 → 352.6, against the old rule 339.6 →
+/// 352.8 / 354.4 in one call). Not 0.5B's down projection (896×4864: 1,400.7 → 1,385.4 split).
+const Q8S_MIN_VALUES: usize = 12 << 20;
 const Q8S_MIN_COLS: usize = 3072;
-const Q8S_LONG_COLS: usize = 8192;
+const Q8S_NARROW_VALUES: usize = 1 << 20;
 const Q8S_TALL_VALUES: usize = 10 << 20;
 const Q8S_TALL_COLS: usize = 1536;
 /// Output heads of small models: 0.5B's 151936×896 (136M values) split, tg128 1,355.7 / 1,356.6
@@ -2500,13 +2504,27 @@ fn q8s_shape() -> Q8sShape {
 /// Warps per block of a ring of whole rows (`q8s_whole`).
 const Q8S_WHOLE_WARPS: usize = 16;
 
-/// Whether `matvec_q8s_bulk` launches whose every warp's rows fit in its ring take a ring of
-/// whole rows that deep (`SYNAPTIX_Q8S_WHOLE=0`: never), so that the whole matrix is requested
-/// before the PDL wait. The H200 ran 1.5B Q8_0's down projection (1536×8960: one row of 9,792
-/// bytes a warp, two copies of 4,352 in the default ring) faster that way: tg128 730 → 743.
-fn q8s_whole() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("SYNAPTIX_Q8S_WHOLE").as_deref() != Ok("0"))
+/// Which `matvec_q8s_bulk` launches take a ring of whole rows as deep as each warp's rows (16
+/// warps a block), so that the whole matrix is requested before the PDL wait: by default those
+/// of at most one row a warp; `SYNAPTIX_Q8S_WHOLE=all` any where it fits in shared memory (the
+/// sixteenth pass's rule), `=0` none. The H200 ran 1.5B Q8_0's down projection (1536×8960: one
+/// row of 9,792 bytes a warp, two copies of 4,352 in the default ring) faster that way: tg128
+/// 730 → 743; with several rows a warp (7B's Q/K/V and O from split copies) the 32 warps of the
+/// default ring ran faster (7B Q8_0 342.8 → 354.7).
+#[derive(Clone, Copy, PartialEq)]
+enum Q8sWhole {
+    Never,
+    OneRowPerWarp,
+    WhereItFits,
+}
+
+fn q8s_whole() -> Q8sWhole {
+    static RULE: std::sync::OnceLock<Q8sWhole> = std::sync::OnceLock::new();
+    *RULE.get_or_init(|| match std::env::var("SYNAPTIX_Q8S_WHOLE").as_deref() {
+        Ok("0") => Q8sWhole::Never,
+        Ok("all") => Q8sWhole::WhereItFits,
+        _ => Q8sWhole::OneRowPerWarp,
+    })
 }
 
 /// One activation row against Q8_0 weights (and up to two more Q8_0 matrices of the same row
@@ -2544,16 +2562,21 @@ fn matvec_q8s(
     let blocks_of = |s: Q8sShape| rows.min(sm_count(dev) * (16 / s.warps).max(1));
     // A ring of whole rows deep enough for every row of the warp where shared memory allows
     // (`q8s_whole`), the configured ring otherwise.
-    let whole = q8s_whole().then(|| {
+    let whole_rule = q8s_whole();
+    let whole = {
         let warps = Q8S_WHOLE_WARPS.min(shape.warps);
-        let blocks = blocks_of(shape);
-        let rows_per_warp = rows.div_ceil(blocks).div_ceil(warps);
-        Q8sShape {
+        let rows_per_warp = rows.div_ceil(blocks_of(shape)).div_ceil(warps);
+        let wanted = match whole_rule {
+            Q8sWhole::Never => false,
+            Q8sWhole::OneRowPerWarp => rows_per_warp <= 1,
+            Q8sWhole::WhereItFits => true,
+        };
+        wanted.then_some(Q8sShape {
             stages: rows_per_warp.max(1),
             groups: (k / 32).div_ceil(Q8S_GROUP_BLOCKS),
             warps,
-        }
-    });
+        })
+    };
     let Q8sShape {
         stages,
         groups,
