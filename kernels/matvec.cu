@@ -1639,6 +1639,23 @@ __device__ __forceinline__ void mvr_write_acts(const mv_acts_step& s, int id, u8
     }
 }
 
+// Super-block `sb` of the activation row, lane i holding its values 8i .. 8i + 7 in `v` (the
+// calling warp): quantized to Q8_K into the transposed form `matvec_q8_rows` reads.
+__device__ __forceinline__ void mvr_store_sb(u8* acts_t, int sb, int lane, const float (&v)[8]) {
+    u32 q[2];
+    int sum;
+    float d;
+    quantize_q8_k_lane(v, q, sum, d);
+    u8* dst = acts_t + sb * MV_ACT_R;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) dst[32 * j + 4 * (lane / 4) + lane % 4] = (u8)(q[j / 4] >> (8 * (j % 4)));
+    // Σ of the 32 quants of sub-block lane / 4 (lanes 4s .. 4s + 3), as the i16 pair sums.
+    int s32 = sum + __shfl_xor_sync(MV_FULL, sum, 1);
+    s32 += __shfl_xor_sync(MV_FULL, s32, 2);
+    if (lane % 4 == 0) *(short*)(dst + 256 + 2 * (lane / 4)) = (short)s32;
+    if (lane == 0) *(float*)(dst + 272) = d;
+}
+
 // The activation row of `matvec_q8_rows` from f32 values, quantized to Q8_K by this block
 // straight into its transposed form (MV_ACT_R layout), after RMSNorm when `norm_w` is given: the
 // operations of rms_norm_q8_k (quantize.cu) then `mv_acts_step`, so the same bits. Warp w takes
@@ -1677,17 +1694,7 @@ __device__ void mvr_quantize_row(u8* acts_t, const float* __restrict__ xf,
         scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
 #pragma unroll
         for (int i = 0; i < 8; ++i) v[i] = __fmul_rn(__fmul_rn(v[i], scale), g[i]);
-        u32 q[2];
-        int sum;
-        float d;
-        quantize_q8_k_lane(v, q, sum, d);
-        u8* dst = acts_t + sb * MV_ACT_R;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) dst[32 * j + 4 * (lane / 4) + lane % 4] = (u8)(q[j / 4] >> (8 * (j % 4)));
-        int s32 = sum + __shfl_xor_sync(MV_FULL, sum, 1);
-        s32 += __shfl_xor_sync(MV_FULL, s32, 2);
-        if (lane % 4 == 0) *(short*)(dst + 256 + 2 * (lane / 4)) = (short)s32;
-        if (lane == 0) *(float*)(dst + 272) = d;
+        mvr_store_sb(acts_t, sb, lane, v);
         return;
     }
 #endif
@@ -1714,18 +1721,7 @@ __device__ void mvr_quantize_row(u8* acts_t, const float* __restrict__ xf,
 #pragma unroll
             for (int i = 0; i < 8; ++i) v[i] = __fmul_rn(__fmul_rn(v[i], scale), g[i]);
         }
-        u32 q[2];
-        int sum;
-        float d;
-        quantize_q8_k_lane(v, q, sum, d);
-        u8* dst = acts_t + sb * MV_ACT_R;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) dst[32 * j + 4 * (lane / 4) + lane % 4] = (u8)(q[j / 4] >> (8 * (j % 4)));
-        // Σ of the 32 quants of sub-block lane / 4 (lanes 4s .. 4s + 3), as the i16 pair sums.
-        int s32 = sum + __shfl_xor_sync(MV_FULL, sum, 1);
-        s32 += __shfl_xor_sync(MV_FULL, s32, 2);
-        if (lane % 4 == 0) *(short*)(dst + 256 + 2 * (lane / 4)) = (short)s32;
-        if (lane == 0) *(float*)(dst + 272) = d;
+        mvr_store_sb(acts_t, sb, lane, v);
     }
 }
 
