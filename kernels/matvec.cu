@@ -1739,7 +1739,7 @@ template <typename F, int W, int MODE, bool LATE = false>
 __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, long long meta_off,
                                long long bsums_off, int k, const float* __restrict__ residual,
                                const float* __restrict__ xf, const float* __restrict__ norm_w,
-                               float eps, int bulk) {
+                               float eps, int bulk, int block0 = 0, int n_blocks = 0) {
     static_assert(F::KIND == MV_LANES, "lane-major k-quants only");
     using R = mvr_shape<F>;
     constexpr int T9 = 9;               // terms per super-block in `tt`: 8 lanes, the min term
@@ -1773,8 +1773,9 @@ __device__ void matvec_q8_rows(const mv_segs sg, const u8* __restrict__ acts, lo
 
     // This warp's rows [r0, r1): super-blocks [u0, u0 + n_u) of the weights.
     const int n_out = sg.n_out;
-    const i64 n_warps = (i64)gridDim.x * W;
-    const i64 gw = (i64)blockIdx.x * W + warp;
+    // The launch's blocks [block0, block0 + n_blocks) take these rows (all of them: n_blocks 0).
+    const i64 n_warps = (i64)(n_blocks ? n_blocks : (int)gridDim.x) * W;
+    const i64 gw = (i64)((int)blockIdx.x - block0) * W + warp;
     const int r0 = (int)(gw * n_out / n_warps), r1 = (int)((gw + 1) * n_out / n_warps);
     const i64 u0 = (i64)r0 * n_sb;
     const int n_u = (r1 - r0) * n_sb;
@@ -1991,6 +1992,33 @@ MATVEC_Q8_ROWS(q6_k_w8_long, mv_q6_k, 8, MVR_LONG)
 MATVEC_Q8_ROWS_LATE(q4_k, mv_q4_k)
 MATVEC_Q8_ROWS_LATE(q5_k, mv_q5_k)
 MATVEC_Q8_ROWS_LATE(q6_k, mv_q6_k)
+// Two formats in one launch (whole-row rounds): the matrices before row r2 (matrices 0 and 1:
+// Q and K) in format A on blocks [0, blocks_a), matrix 2 (rows r2 .. n_out: V) in format B on
+// the others, each part as its own launch would compute it (1.5B Q4_K_M: V in Q6_K beside Q
+// and K in Q4_K, one launch and one link of the step's chain instead of two). Dynamic shared
+// memory: the larger of the two parts' layouts.
+#define MATVEC_Q8_ROWS_MIXED(name, fa, fb, W)                                                    \
+    extern "C" __global__ void __launch_bounds__(W * WARP, 16 / W)                               \
+        matvec_q8_rows_mixed_##name(float* y, const u8* w, const u8* acts, long long meta_off,   \
+                                    long long bsums_off, int n_out, int k, const float* bias,    \
+                                    const float* residual, MV_SEG_PARAMS, const float* xf,       \
+                                    const float* norm_w, float eps, int bulk, int blocks_a) {    \
+        PDL_WAITS_INSIDE();                                                                      \
+        if ((int)blockIdx.x < blocks_a) {                                                        \
+            const mv_segs sa{w, w1, nullptr, y, y1, nullptr, bias, b1, nullptr, r1, r2, r2};     \
+            matvec_q8_rows<fa, W, MVR_WHOLE>(sa, acts, meta_off, bsums_off, k, residual, xf,     \
+                                             norm_w, eps, bulk, 0, blocks_a);                    \
+        } else {                                                                                 \
+            const int nb = n_out - r2;                                                           \
+            const mv_segs sb{w2, nullptr, nullptr, y2, nullptr, nullptr, b2, nullptr, nullptr,   \
+                             nb, nb, nb};                                                        \
+            matvec_q8_rows<fb, W, MVR_WHOLE>(sb, acts, meta_off, bsums_off, k,                   \
+                                             residual ? residual + r2 : nullptr, xf, norm_w,     \
+                                             eps, bulk, blocks_a, (int)gridDim.x - blocks_a);    \
+        }                                                                                        \
+    }
+MATVEC_Q8_ROWS_MIXED(q4_k_q6_k, mv_q4_k, mv_q6_k, 6)
+MATVEC_Q8_ROWS_MIXED(q5_k_q6_k, mv_q5_k, mv_q6_k, 6)
 
 // ---------------------------------------------------------------------------------------------
 // Float weights the way ggml's CPU computes them: the activation rounded to the weight's type

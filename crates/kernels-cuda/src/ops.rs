@@ -1562,6 +1562,9 @@ pub fn rms_norm_matvec_many(
         x,
         norm: Some((norm, eps)),
     };
+    if matvec_rows_mixed(dev, parts, acts)? {
+        return Ok(true);
+    }
     // Runs of up to three parts of one format that can share a launch; the runs after the
     // first (V in another format than Q and K) run beside the first (`rows_late`).
     let mut at = 0;
@@ -1583,6 +1586,95 @@ pub fn rms_norm_matvec_many(
         }
         at = end;
     }
+    Ok(true)
+}
+
+/// Warps per block of `matvec_q8_rows_mixed_*`.
+const MVR_MIXED_WARPS: usize = 6;
+
+/// Whether three parts on one raw row, two of one format and the third of another (Q and K in
+/// Q4_K or Q5_K, V in Q6_K), take one launch of `matvec_q8_rows_mixed_*` (each format on its own
+/// blocks) instead of two (`SYNAPTIX_ROWS_MIXED=0`: never).
+fn rows_mixed() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("SYNAPTIX_ROWS_MIXED").as_deref() != Ok("0"))
+}
+
+/// Q and K (one format) and V (another) against one raw row in one launch of
+/// `matvec_q8_rows_mixed_*`: each format's rows on blocks of their own, as many rows a warp on
+/// both sides. Ok(false), launching nothing, where it does not apply (other part layouts or
+/// formats, long rows, shared memory); the caller then takes a launch per format.
+fn matvec_rows_mixed(dev: &CudaDevice, parts: &mut [MatvecPart], acts: RowActs) -> Result<bool> {
+    let [a0, a1, b] = parts else {
+        return Ok(false);
+    };
+    let (da, db, cols) = (a0.w.dtype, b.w.dtype, a0.w.cols);
+    let pair = match (da, db) {
+        (DType::Q4K, DType::Q6K) => "q4_k_q6_k",
+        (DType::Q5K, DType::Q6K) => "q5_k_q6_k",
+        _ => return Ok(false),
+    };
+    if !rows_mixed()
+        || a1.w.dtype != da
+        || rows_long(cols)
+        || many_disabled()
+        || !matches!(acts, RowActs::Raw { .. })
+    {
+        return Ok(false);
+    }
+    let warps = MVR_MIXED_WARPS;
+    let f = dev.function("matvec", &format!("matvec_q8_rows_mixed_{pair}"))?;
+    let smem = mv_rows_shared(da, cols, warps).max(mv_rows_shared(db, cols, warps));
+    let per_sm = rows_blocks_per_sm(dev, &f, smem, warps)?;
+    if per_sm == 0 {
+        return Ok(false);
+    }
+    let rows_a = a0.w.rows + a1.w.rows;
+    let rows_b = b.w.rows;
+    let max_warps = (per_sm * warps).min(16) * sm_count(dev);
+    let rows_per_warp = (rows_a + rows_b).div_ceil(max_warps);
+    let blocks_a = rows_a.div_ceil(rows_per_warp).div_ceil(warps);
+    let blocks_b = rows_b.div_ceil(rows_per_warp).div_ceil(warps);
+    let (first, rest) = parts.split_first_mut().expect("three parts");
+    let (r32, c32, ba32) = (
+        i32_arg("matvec", "rows", rows_a + rows_b)?,
+        i32_arg("matvec", "cols", cols)?,
+        i32_arg("matvec", "blocks", blocks_a)?,
+    );
+    let RowActs::Raw { x, norm } = acts else {
+        return Ok(false);
+    };
+    let epi = Epilogue {
+        bias: first.bias,
+        residual: None,
+    };
+    let mut l = Launch::new(dev, &f);
+    l.arg(&mut *first.y)
+        .arg(&first.w.data)
+        .arg(None::<&DeviceBuffer<u8>>)
+        .arg(0i64)
+        .arg(0i64)
+        .arg(r32)
+        .arg(c32);
+    epilogue_args(&mut l, &epi);
+    segment_args(&mut l, first.w.rows, rest)?;
+    l.arg(x)
+        .arg(norm.map(|(g, _)| g))
+        .arg(norm.map_or(0.0f32, |(_, eps)| eps))
+        .arg(i32::from(rows_bulk(dev)))
+        .arg(ba32);
+    // SAFETY: as `matvec_rows` for each part: blocks [0, blocks_a) split the rows of matrices 0
+    // and 1 (one format) between their warps, the other blocks those of matrix 2; each warp
+    // writes y[row] of its own rows only, reads weights inside its rows' super-blocks (at most
+    // 14 bytes past, inside WEIGHT_PAD) and the k values of x and of the norm weight (checked
+    // by the caller); the dynamic shared memory is the larger of the two parts' layouts.
+    unsafe {
+        l.launch(LaunchConfig {
+            grid_dim: ((blocks_a + blocks_b) as u32, 1, 1),
+            block_dim: ((warps * 32) as u32, 1, 1),
+            shared_mem_bytes: smem as u32,
+        })
+    }?;
     Ok(true)
 }
 

@@ -1347,8 +1347,10 @@ fn rms_norm_matvec_many_matches_norm_then_matvec() {
     let Some((dev, mut rng)) = device() else {
         return;
     };
-    // 3584 × (Q4_K 3584, Q4_K 512, Q6_K 512): 7B Q4_K_M's Q/K/V, V in the LATE form.
-    let cases: [(usize, &[(DType, usize)]); 6] = [
+    // 3584 × (Q4_K 3584, Q4_K 512, Q6_K 512): 7B Q4_K_M's Q/K/V, one mixed-format launch
+    // (`matvec_q8_rows_mixed_*`); so 1.5B's, and Q5_K beside Q6_K with odd row counts. Two
+    // parts of two formats: a launch each, the second in the LATE form.
+    let cases: [(usize, &[(DType, usize)]); 7] = [
         (
             3584,
             &[(DType::Q4K, 3584), (DType::Q4K, 512), (DType::Q6K, 512)],
@@ -1362,6 +1364,10 @@ fn rms_norm_matvec_many_matches_norm_then_matvec() {
             &[(DType::Q4K, 1536), (DType::Q4K, 256), (DType::Q6K, 256)],
         ),
         (2048, &[(DType::Q5K, 333), (DType::Q5K, 77)]),
+        (
+            2048,
+            &[(DType::Q5K, 333), (DType::Q5K, 77), (DType::Q6K, 129)],
+        ),
         (8448, &[(DType::Q6K, 600), (DType::Q4K, 500)]),
         (3584, &[(DType::Q4K, 4000), (DType::Q4K, 4000)]),
     ];
