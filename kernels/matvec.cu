@@ -2664,10 +2664,14 @@ __device__ __forceinline__ void q8s_acts_to_shared(u8* aq, float* ad, const u8* 
 
 // ST > 0: the ring's copies a warp (`stages`) fixed at compile time (no divisions by it per
 // copy); 0: read from `stages_arg`.
-template <int ST>
+// PICK: also the index of the largest output (lowest on ties, NaN never: `argmax_blocks_f32`'s
+// pick) into pick[0], as `matvec_q8p` does.
+template <int ST, bool PICK = false>
 __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 meta, int k,
                            const float* __restrict__ residual, int stages_arg, int chunk,
-                           const float* __restrict__ x, const float* __restrict__ nw, float eps) {
+                           const float* __restrict__ x, const float* __restrict__ nw, float eps,
+                           i32* pick = nullptr, float* partial_v = nullptr, int* partial_i = nullptr,
+                           unsigned int* done = nullptr) {
     extern __shared__ uint4 mvb_smem[];
     const int stages = ST > 0 ? ST : stages_arg;
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, n_warps = blockDim.x / WARP;
@@ -2711,6 +2715,8 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
     q8s_acts_to_shared(aq, ad, acts, meta, k, x, nw, eps);
     __syncthreads();
     float acc = 0.0f;  // lane 0: the current row's sum
+    float best_v = -INFINITY;  // PICK: lane 0's first largest output and its row
+    int best_i = 0x7fffffff;
     int row = warp, in_row = 0;
     const int half = lane >> 4, b = lane & 15;
     for (int c = 0; c < n_chunks; ++c) {
@@ -2784,7 +2790,9 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
         }
         if (lane == 0 && in_row == per_row - 1) {
             const int grow = r0 + row, sgi = sg.seg(grow), lr = grow - sg.first(sgi);
-            sg.y(sgi)[lr] = mv_epilogue(acc, sg.bias(sgi), residual, lr, lr);
+            const float out = mv_epilogue(acc, sg.bias(sgi), residual, lr, lr);
+            sg.y(sgi)[lr] = out;
+            if constexpr (PICK) argmax_take(best_v, best_i, out, grow);
         }
         __syncwarp();  // lane 0 has read the terms before they are rewritten
         if (++in_row == per_row) {
@@ -2792,6 +2800,7 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
             row += n_warps;
         }
     }
+    if constexpr (PICK) argmax_blocks_end(best_v, best_i, pick, partial_v, partial_i, done);
 }
 
 // The split-copy kernel for its default ring (one copy of four 544-byte slots a warp), with
@@ -2951,7 +2960,8 @@ extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 1)
 }
 
 // One activation row against one Q8_0 matrix with a split copy (an output head), `matvec_q8p`
-// with the default ring, and the index of the largest output into pick[0] (the greedy pick
+// with the default ring (rows of more than Q8S_PIECES values: `matvec_q8s`, as
+// `matvec_q8s_bulk` takes them), and the index of the largest output into pick[0] (the greedy pick
 // without an argmax launch): y[n_out] bit for bit `matvec_q8s_bulk`'s, pick[0] `argmax_blocks_f32`
 // 's on y. partial_v / partial_i: gridDim.x each; done: zero before the first launch, left at
 // zero. With x, the blocks normalise (weight nw, eps) and quantize the row themselves.
@@ -2962,7 +2972,11 @@ extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 1)
     PDL_WAITS_INSIDE();
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
     const mv_segs sg{w, nullptr, nullptr, y, nullptr, nullptr, nullptr, nullptr, nullptr, n_out, n_out, n_out};
-    matvec_q8p<true>(sg, acts, meta, k, nullptr, x, nw, eps, pick, partial_v, partial_i, done);
+    if (k <= Q8S_PIECES)
+        matvec_q8p<true>(sg, acts, meta, k, nullptr, x, nw, eps, pick, partial_v, partial_i, done);
+    else
+        matvec_q8s<1, true>(sg, acts, meta, k, nullptr, 1, Q8P_PIECES * Q8S_GROUP_BYTES, x, nw, eps, pick,
+                            partial_v, partial_i, done);
 #else
     PDL_WAIT();  // sm_80: never launched (the host needs split copies, sm_90+)
 #endif

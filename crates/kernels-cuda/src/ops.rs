@@ -2462,16 +2462,12 @@ pub fn rms_norm_matvec_q8s_many(
     matvec_q8s(dev, first.y, first.w, acts, epi, rest)
 }
 
-/// Longest rows `matvec_q8p_pick` takes (`matvec_q8p`'s default bound, `Q8S_PIECES` in
-/// kernels/matvec.cu).
-const Q8P_PICK_MAX_COLS: usize = 1024;
-
-/// `y = rms_norm(x, norm, eps) · Wᵀ` for one row against one Q8_0 matrix with a split copy and
-/// rows of at most 1024 values (an output head), and `pick[0]` = the index of y's largest value
-/// (lowest on ties, NaN never), in one launch (`matvec_q8p_pick`): y bit for bit
-/// [`rms_norm_matvec_q8s_many`]'s, the pick [`argmax`]'s on that y, with no argmax launch.
-/// Ok(false), launching nothing, where it does not apply (no split copy, longer rows, another
-/// ring than the default's).
+/// `y = rms_norm(x, norm, eps) · Wᵀ` for one row against one Q8_0 matrix with a split copy (an
+/// output head), and `pick[0]` = the index of y's largest value (lowest on ties, NaN never), in
+/// one launch (`matvec_q8p_pick`; rows of more than 1024 values since the twenty-third pass):
+/// y bit for bit [`rms_norm_matvec_q8s_many`]'s, the pick [`argmax`]'s on that y, with no argmax
+/// launch. Ok(false), launching nothing, where it does not apply (no split copy, another ring
+/// than the default's).
 pub fn rms_norm_matvec_pick(
     dev: &CudaDevice,
     y: &mut DeviceBuffer<f32>,
@@ -2488,7 +2484,6 @@ pub fn rms_norm_matvec_pick(
     let shape = q8s_shape();
     if w.dtype != DType::Q8_0
         || k == 0
-        || k > Q8P_PICK_MAX_COLS
         || !k.is_multiple_of(32)
         || shape.stages != 1
         || shape.groups != 4

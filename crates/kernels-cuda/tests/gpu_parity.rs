@@ -1536,14 +1536,22 @@ fn assert_norm_product_refused(
 /// The output head with the greedy pick in its launch (`ops::rms_norm_matvec_pick`,
 /// `matvec_q8p_pick`): the logits bit for bit `rms_norm_matvec_q8s_many`'s, the pick the CPU
 /// argmax of them (first maximum), on 0.5B's head shape, on fewer rows than the grid's blocks,
-/// and on rows that are all the same (every logit equal: index 0); twice each, the block counter
-/// back at zero between launches.
+/// on rows that are all the same (every logit equal: index 0), and on rows longer than 1024
+/// values (1.5B's width, and 7B's with a partial last group; `matvec_q8s` inside); twice each,
+/// the block counter back at zero between launches.
 #[test]
 fn rms_norm_matvec_pick_matches_products_and_argmax() {
     let Some((dev, mut rng)) = device() else {
         return;
     };
-    for (rows, cols, same_rows) in [(151_936, 896, false), (300, 512, false), (5000, 1024, true)] {
+    for (rows, cols, same_rows) in [
+        (151_936, 896, false),
+        (300, 512, false),
+        (5000, 1024, true),
+        (40_000, 1536, false),
+        (9000, 3584, false),
+        (3000, 2080, true),
+    ] {
         let x = rng.vec(cols, 1.0);
         let g = rng.vec(cols, 1.0);
         let (dx, dg) = (dev.upload(&x).unwrap(), dev.upload(&g).unwrap());
@@ -1595,10 +1603,9 @@ fn rms_norm_matvec_pick_matches_products_and_argmax() {
         }
         eprintln!("head with pick [{rows} x {cols}]: logits bit-equal, pick the CPU's argmax");
     }
-    // Rows longer than the kernel takes: refused, nothing launched.
+    // A matrix without a split copy: refused, nothing launched.
     let bytes = random_weights(&mut rng, DType::Q8_0, 4000, 2048);
-    let mut w = DeviceMatrix::upload(&dev, DType::Q8_0, 4000, 2048, &bytes).unwrap();
-    w.split_copy(&dev).unwrap();
+    let w = DeviceMatrix::upload(&dev, DType::Q8_0, 4000, 2048, &bytes).unwrap();
     let (dx, dg) = (
         dev.upload(&rng.vec(2048, 1.0)).unwrap(),
         dev.upload(&rng.vec(2048, 1.0)).unwrap(),
