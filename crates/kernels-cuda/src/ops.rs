@@ -1605,7 +1605,7 @@ fn rows_mixed() -> bool {
 /// both sides. Ok(false), launching nothing, where it does not apply (other part layouts or
 /// formats, long rows, shared memory); the caller then takes a launch per format.
 fn matvec_rows_mixed(dev: &CudaDevice, parts: &mut [MatvecPart], acts: RowActs) -> Result<bool> {
-    let [a0, a1, b] = parts else {
+    let (RowActs::Raw { x, norm }, [a0, a1, b]) = (acts, &*parts) else {
         return Ok(false);
     };
     let (da, db, cols) = (a0.w.dtype, b.w.dtype, a0.w.cols);
@@ -1614,12 +1614,7 @@ fn matvec_rows_mixed(dev: &CudaDevice, parts: &mut [MatvecPart], acts: RowActs) 
         (DType::Q5K, DType::Q6K) => "q5_k_q6_k",
         _ => return Ok(false),
     };
-    if !rows_mixed()
-        || a1.w.dtype != da
-        || rows_long(cols)
-        || many_disabled()
-        || !matches!(acts, RowActs::Raw { .. })
-    {
+    if !rows_mixed() || a1.w.dtype != da || rows_long(cols) || many_disabled() {
         return Ok(false);
     }
     let warps = MVR_MIXED_WARPS;
@@ -1641,9 +1636,6 @@ fn matvec_rows_mixed(dev: &CudaDevice, parts: &mut [MatvecPart], acts: RowActs) 
         i32_arg("matvec", "cols", cols)?,
         i32_arg("matvec", "blocks", blocks_a)?,
     );
-    let RowActs::Raw { x, norm } = acts else {
-        return Ok(false);
-    };
     let epi = Epilogue {
         bias: first.bias,
         residual: None,
