@@ -991,6 +991,9 @@ __device__ __forceinline__ void attn_cp_async16(void* dst, const void* src) {
 template <int HD>
 __device__ __forceinline__ void attention_one_pass(ATTN_ONE_PASS_PARAMS) {
     const int hd = HD ? HD : hd_in;
+#if defined(KTRACE)
+    const unsigned long long kt0 = ktrace_now();
+#endif
     extern __shared__ __align__(16) float one_pass_smem[];
     float* const smem = one_pass_smem;
     __shared__ double red[8 * ATTN_THREADS];
@@ -1019,6 +1022,9 @@ __device__ __forceinline__ void attention_one_pass(ATTN_ONE_PASS_PARAMS) {
     if (ok) stage(first, early_end);
     PDL_WAIT();
     PDL_TRIGGER();
+#if defined(KTRACE)
+    const unsigned long long kt1 = ktrace_now();
+#endif
     if (!ok) {
         for (int d = threadIdx.x; d < hd; d += blockDim.x) out[head * hd + d] = __int_as_float(0x7fc00000);
         return;
@@ -1083,8 +1089,16 @@ __device__ __forceinline__ void attention_one_pass(ATTN_ONE_PASS_PARAMS) {
     asm volatile("cp.async.commit_group;" ::: "memory");
     asm volatile("cp.async.wait_group 0;" ::: "memory");
     __syncthreads();  // the staged rows, the current row and the rotated query are in place
+#if defined(KTRACE)
+    const unsigned long long kt2 = ktrace_now();
+#endif
     const float o = attention_short<true, HD>(out + head * hd, q + head * hd, k, v, table, kvh, n_kv_heads, hd, scale,
                                           first, p, smem, red, ks, vs, k_new != nullptr);
+#if defined(KTRACE)
+    if (threadIdx.x == 0)
+        printf("KT attn %d %d %d %d %llu %llu %llu %llu %llu\n", n_heads, hd, h, p, kt0, kt1, kt2, ktrace_now(),
+               ktrace_now());
+#endif
     if (acts_format == 1 || acts_format == 2) {
         // Q8_0 / Q8_1 blocks of 32 outputs: warp w < hd / 32 holds outputs 32w .. 32w + 31 in
         // its lanes, the values quantize_head would read back from out.

@@ -45,6 +45,28 @@ typedef long long i64;
 #define PDL_TRIGGER()
 #endif
 
+// KTRACE (a developer define): kernels that support it print their blocks' global-timer marks
+// (ns) at the end, one line a block, for timelines of a step (eager or replayed; see
+// scripts/dev/kt.py). Device printf slows the step about twentyfold.
+#if defined(KTRACE)
+__device__ __forceinline__ unsigned long long ktrace_now() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+// Thread 0's marks (entry, after the wait, end) for kernels without early exits of thread 0.
+#define KTRACE_START() const unsigned long long kt0 = ktrace_now()
+#define KTRACE_WAITED() const unsigned long long kt1 = ktrace_now()
+#define KTRACE_END(tag, a, b)                                                                      \
+    if (threadIdx.x == 0)                                                                          \
+    printf("KT %s %d %d %d 0 %llu %llu %llu %llu %llu\n", tag, (int)(a), (int)(b), (int)blockIdx.x, kt0, kt1, \
+           kt1, ktrace_now(), ktrace_now())
+#else
+#define KTRACE_START()
+#define KTRACE_WAITED()
+#define KTRACE_END(tag, a, b)
+#endif
+
 __device__ __forceinline__ float f16_to_f32(u16 h) {
     float f;
     asm("{ .reg .b16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));

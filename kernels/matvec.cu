@@ -949,6 +949,11 @@ MATVEC_Q8_SHORT(q8_0, mv_q8_0)
 // before the PDL wait; the host gives a block at most MV_WARPS · SN_ROWS / NBL rows
 // (`rows_per_block`). k <= 1024 · NBL, k % 32 == 0. Grid: ceil(n_out / rows_per_block).
 #define SN_ROWS 4
+// 1: warps wholly past the row skip the quantization of zeros (built in the twenty-fourth pass,
+// not yet measured; the split-copy kernel's prologue gained from the same skip).
+#ifndef SN_SKIP_IDLE
+#define SN_SKIP_IDLE 0
+#endif
 template <typename F, bool Q81, int NBL>
 __device__ void matvec_q8_short_norm(const mv_segs sg, const float* __restrict__ x,
                                      const float* __restrict__ nw, float eps, int k,
@@ -998,6 +1003,9 @@ __device__ void matvec_q8_short_norm(const mv_segs sg, const float* __restrict__
 #pragma unroll
     for (int h = 0; h < NBL; ++h) {
         const int i = t + 256 * h;  // float4 index
+        // A warp wholly past the row skips its part (its divisions of zeros would take the slow
+        // path and hold the block's barrier).
+        if (SN_SKIP_IDLE && (t & ~(WARP - 1)) + 256 * h >= k / 4) continue;  // warp-uniform
         float4 u = v[h];
         u = make_float4(__fmul_rn(__fmul_rn(u.x, scale), g[h].x), __fmul_rn(__fmul_rn(u.y, scale), g[h].y),
                         __fmul_rn(__fmul_rn(u.z, scale), g[h].z), __fmul_rn(__fmul_rn(u.w, scale), g[h].w));
@@ -2563,6 +2571,16 @@ MATVEC_BULK(bf16, 2)
 #define Q8S_ONE_LOAD 1
 #endif
 #define Q8S_ONE_LOAD_ROUNDS 8
+// 1: rows of up to four values a thread (7B's Q/K/V and gate/up) are normalised and quantized in
+// one round, eight threads a block (`quantize_q8_32_quad`); 0: Q8S_ONE_LOAD's rounds.
+#ifndef Q8S_QUAD
+#define Q8S_QUAD 1
+#endif
+// ... for rows longer than this (1.5B's 1536: 1,024 threads for 384 float4s measured 813 against
+// 817 t/s with the rounds).
+#ifndef Q8S_QUAD_MIN_K
+#define Q8S_QUAD_MIN_K 2048
+#endif
 #define Q8S_GROUP_BYTES 544
 __device__ __forceinline__ int q8s_row_bytes(int k) {
     const int nb = k / 32, r = nb % Q8S_GROUP_BLOCKS;
@@ -2602,9 +2620,89 @@ extern "C" __global__ void q8_0_split(u8* __restrict__ out, const u8* __restrict
 // calls it; the caller synchronises the block before reading.
 __device__ __forceinline__ void q8s_acts_to_shared(u8* aq, float* ad, const u8* __restrict__ acts, i64 meta, int k,
                                                    const float* __restrict__ x, const float* __restrict__ nw,
-                                                   float eps) {
+                                                   float eps, const float* __restrict__ up = nullptr,
+                                                   int glu = 0, const u16* __restrict__ table = nullptr) {
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, n_warps = blockDim.x / WARP;
     const int nb = k / 32;
+    if (up) {
+        // The gated activation of gate row x and up row `up` (glu 0: SwiGLU, 1: GeGLU through
+        // ggml's f16 table), quantized to Q8_0: glu_quant's values (quantize.cu), then its
+        // quantization element for element, eight threads a 32-value block, in rounds of
+        // blockDim.x float4s with the next round's loads issued before this round's arithmetic.
+        const int n4 = k / 4;
+        const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        int i = threadIdx.x;
+        float4 g = zero, u = zero;
+        if (i < n4) {
+            g = ((const float4*)x)[i];
+            u = ((const float4*)up)[i];
+        }
+        for (int base = threadIdx.x & ~(WARP - 1); base < n4; base += blockDim.x, i += blockDim.x) {
+            float4 gn = zero, un = zero;
+            if (i + (int)blockDim.x < n4) {
+                gn = ((const float4*)x)[i + blockDim.x];
+                un = ((const float4*)up)[i + blockDim.x];
+            }
+            const bool in = i < n4;
+            float4 h = zero;
+            if (in) {
+                const int c = 4 * i;
+                if (glu == 0) {
+                    h = make_float4(swiglu_one(g.x, u.x, c, k), swiglu_one(g.y, u.y, c + 1, k),
+                                    swiglu_one(g.z, u.z, c + 2, k), swiglu_one(g.w, u.w, c + 3, k));
+                } else {
+                    h = make_float4(geglu_one(g.x, u.x, table), geglu_one(g.y, u.y, table),
+                                    geglu_one(g.z, u.z, table), geglu_one(g.w, u.w, table));
+                }
+            }
+            float d;
+            const u32 word = quantize_q8_32_quad(h, d);  // the whole warp: shuffles
+            if (in) {
+                const int bb = i / 8, part = i % 8;
+                const int gi = bb / Q8S_GROUP_BLOCKS, nbg = min(Q8S_GROUP_BLOCKS, nb - gi * Q8S_GROUP_BLOCKS);
+                *(u32*)(aq + gi * 512 + (part / 4) * nbg * 16 + (bb % Q8S_GROUP_BLOCKS) * 16 + (part % 4) * 4) =
+                    word;
+                if (part == 0) ad[bb] = f16_to_f32(q8_f32_to_f16(d));
+            }
+            g = gn;
+            u = un;
+        }
+        return;
+    }
+#if Q8S_QUAD
+    // Rows of at most four values a thread: thread t normalises values 4t .. 4t + 3 and quantizes
+    // them with the seven other threads of their block (one round instead of a block a warp in
+    // up to four rounds, each a chain of shuffles and divisions).
+    if (x && k > Q8S_QUAD_MIN_K && k / 4 <= (int)blockDim.x) {
+        const int t = threadIdx.x;
+        const bool in = t < k / 4;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f), g = v;
+        if (in) {
+            v = ((const float4*)x)[t];
+            g = ((const float4*)nw)[t];
+        }
+        double ss = (double)__fmul_rn(v.x, v.x) + (double)__fmul_rn(v.y, v.y) + (double)__fmul_rn(v.z, v.z) +
+                    (double)__fmul_rn(v.w, v.w);
+        ss = block_sum_f64(ss);
+        const float scale = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn((float)(ss / (double)k), eps)));
+        const float4 u = make_float4(__fmul_rn(__fmul_rn(v.x, scale), g.x), __fmul_rn(__fmul_rn(v.y, scale), g.y),
+                                     __fmul_rn(__fmul_rn(v.z, scale), g.z), __fmul_rn(__fmul_rn(v.w, scale), g.w));
+        // Warps wholly past the row skip the quantization (its divisions of zeros would take the
+        // slow path and hold the block's barrier); a warp partly inside runs it on every lane.
+        if (warp * WARP < k / 4) {
+            float d;
+            const u32 word = quantize_q8_32_quad(u, d);  // every lane: shuffles
+            if (in) {
+            const int bb = t / 8, part = t % 8;
+            const int gi = bb / Q8S_GROUP_BLOCKS, nbg = min(Q8S_GROUP_BLOCKS, nb - gi * Q8S_GROUP_BLOCKS);
+                *(u32*)(aq + gi * 512 + (part / 4) * nbg * 16 + (bb % Q8S_GROUP_BLOCKS) * 16 + (part % 4) * 4) =
+                    word;
+                if (part == 0) ad[bb] = f16_to_f32(q8_f32_to_f16(d));
+            }
+        }
+        return;
+    }
+#endif
 #if Q8S_ONE_LOAD
     // Each lane reads the values it quantizes (block warp + r·n_warps, value `lane`) and their
     // norm weights once, before the block's sum of squares, instead of again after it (one L2
@@ -2671,8 +2769,13 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
                            const float* __restrict__ residual, int stages_arg, int chunk,
                            const float* __restrict__ x, const float* __restrict__ nw, float eps,
                            i32* pick = nullptr, float* partial_v = nullptr, int* partial_i = nullptr,
-                           unsigned int* done = nullptr) {
+                           unsigned int* done = nullptr, const float* __restrict__ up = nullptr, int glu = 0,
+                           const u16* __restrict__ table = nullptr) {
     extern __shared__ uint4 mvb_smem[];
+#if defined(KTRACE)
+    const unsigned long long kt0 = ktrace_now();
+    unsigned long long kt1 = 0, kt2 = 0;
+#endif
     const int stages = ST > 0 ? ST : stages_arg;
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, n_warps = blockDim.x / WARP;
     const int nb = k / 32, row_bytes = q8s_row_bytes(k);
@@ -2712,8 +2815,14 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
     }
     PDL_WAIT();
     PDL_TRIGGER();
-    q8s_acts_to_shared(aq, ad, acts, meta, k, x, nw, eps);
+#if defined(KTRACE)
+    kt1 = ktrace_now();
+#endif
+    q8s_acts_to_shared(aq, ad, acts, meta, k, x, nw, eps, up, glu, table);
     __syncthreads();
+#if defined(KTRACE)
+    kt2 = ktrace_now();
+#endif
     float acc = 0.0f;  // lane 0: the current row's sum
     float best_v = -INFINITY;  // PICK: lane 0's first largest output and its row
     int best_i = 0x7fffffff;
@@ -2801,6 +2910,17 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
         }
     }
     if constexpr (PICK) argmax_blocks_end(best_v, best_i, pick, partial_v, partial_i, done);
+#if defined(KTRACE)
+    const unsigned long long kt_warp = ktrace_now();
+    __shared__ unsigned long long kt_first, kt_last;
+    if (threadIdx.x == 0) kt_first = ~0ull, kt_last = 0;
+    __syncthreads();
+    if (lane == 0) atomicMin(&kt_first, kt_warp), atomicMax(&kt_last, kt_warp);
+    __syncthreads();
+    if (threadIdx.x == 0)
+        printf("KT q8s %d %d %d %d %llu %llu %llu %llu %llu\n", n, k, (int)blockIdx.x, (int)PICK, kt0, kt1, kt2,
+               kt_first, kt_last);
+#endif
 }
 
 // The split-copy kernel for its default ring (one copy of four 544-byte slots a warp), with
@@ -2945,15 +3065,17 @@ __device__ void matvec_q8p(const mv_segs sg, const u8* __restrict__ acts, i64 me
 extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 1)
     matvec_q8s_bulk(float* y, const u8* w, const u8* acts, long long meta, int n_out, int k, int stages,
                     int chunk, const float* bias, const float* residual, MV_SEG_PARAMS,
-                    const float* x, const float* nw, float eps) {
+                    const float* x, const float* nw, float eps, const float* up, int glu, const u16* table) {
     PDL_WAITS_INSIDE();
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-    if (k <= Q8S_PIECES && stages == 1 && chunk == Q8P_PIECES * Q8S_GROUP_BYTES)
+    if (k <= Q8S_PIECES && stages == 1 && chunk == Q8P_PIECES * Q8S_GROUP_BYTES && !up)
         matvec_q8p<false>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, x, nw, eps);
     else if (Q8S_FIXED && stages == 1)
-        matvec_q8s<1>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw, eps);
+        matvec_q8s<1>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw, eps, nullptr,
+                      nullptr, nullptr, nullptr, up, glu, table);
     else
-        matvec_q8s<0>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw, eps);
+        matvec_q8s<0>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw, eps, nullptr,
+                      nullptr, nullptr, nullptr, up, glu, table);
 #else
     PDL_WAIT();  // sm_80: never launched (the host takes the other Q8_0 kernels)
 #endif

@@ -57,6 +57,43 @@ __device__ __forceinline__ i8 quantize_q8_32_lane(float v, float& d) {
     return (i8)(qi & 0xff);
 }
 
+// Q8_0 with eight lanes a 32-value block: lane l of the warp holds values 4(l % 8) .. 4(l % 8) + 3
+// of its group's block (u), every lane of the warp calls. Returns the lane's four quants, one a
+// byte in value order, and the block's scale `d`: quantize_q8_32_lane's operations element for
+// element (C's MAX in element order for amax, walked serially where the block holds a NaN).
+__device__ __forceinline__ u32 quantize_q8_32_quad(float4 u, float& d) {
+    const int lane = threadIdx.x % WARP;
+    float amax = fmaxf(fmaxf(fabsf(u.x), fabsf(u.y)), fmaxf(fabsf(u.z), fabsf(u.w)));
+#pragma unroll
+    for (int o = 4; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(Q8_FULL, amax, o));
+    const float e4[4] = {u.x, u.y, u.z, u.w};
+    const bool nan_here = u.x != u.x || u.y != u.y || u.z != u.z || u.w != u.w;
+    const u32 nan_lanes = __ballot_sync(Q8_FULL, nan_here);
+    if (nan_lanes) {  // warp-uniform
+        // A NaN replaces C's running maximum and is replaced by the next value: the block's amax
+        // is that of its values after the last NaN, so walk them in order.
+        const int base = lane & ~7;
+        float m = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 32; ++e) {
+            const float av = fabsf(__shfl_sync(Q8_FULL, e4[e % 4], base + e / 4));
+            m = m > av ? m : av;
+        }
+        if (nan_lanes & (0xffu << base)) amax = m;
+    }
+    d = __fdiv_rn(amax, 127.0f);
+    const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+    u32 word = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float r = round_half_away(__fmul_rn(e4[j], id));
+        // C's float to int8_t as x86 compilers emit it (see quantize_q8_32_lane).
+        const int qi = (r != r || fabsf(r) >= 2147483648.0f) ? 0 : (int)r;
+        word |= (u32)(qi & 0xff) << (8 * j);
+    }
+    return word;
+}
+
 // Block `b` of the activations (by the calling warp): quants, the half bits of d (and for Q8_1
 // of d·Σq) and Σq, laid out as quantize.cu describes.
 template <bool Q81>

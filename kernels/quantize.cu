@@ -148,9 +148,12 @@ __device__ void glu_quant_k(float* y, u8* out, long long meta, long long bsums, 
 #define GLU_QUANT(name, fmt, act)                                                                      \
     extern "C" __global__ void name(float* y, u8* out, long long meta, long long bsums, const float* gate, \
                                     const float* up, int cols, int n_blocks, const u16* table) {        \
+        KTRACE_START();                                                                                \
         PDL_WAIT();                                                                                    \
         PDL_TRIGGER();                                                                                 \
+        KTRACE_WAITED();                                                                               \
         glu_quant<fmt, act>(y, out, meta, bsums, gate, up, cols, n_blocks, table);                     \
+        KTRACE_END("glu", n_blocks, cols);                                                             \
     }
 GLU_QUANT(swiglu_q8_0, 0, 0)
 GLU_QUANT(swiglu_q8_1, 1, 0)

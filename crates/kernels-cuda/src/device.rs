@@ -76,6 +76,17 @@ impl CudaDevice {
         // A stream of our own: the legacy default stream cannot be captured into a graph.
         let stream = ctx.new_stream()?;
         keep_pool_memory(&ctx);
+        // Developer switch: the device printf buffer's size, for kernels compiled with the
+        // KTRACE define (`SYNAPTIX_KERNEL_DEFINES=KTRACE`), whose timelines overflow the 1 MiB default.
+        if let Some(bytes) = std::env::var("SYNAPTIX_PRINTF_FIFO")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            ctx.set_limit(
+                cudarc::driver::sys::CUlimit::CU_LIMIT_PRINTF_FIFO_SIZE,
+                bytes,
+            )?;
+        }
         let pdl_supported = crate::launch::pdl_supported(info.compute_capability, driver_version);
         let pdl = pdl_supported && !crate::launch::pdl_disabled_by_env();
         let (prep, created) = KernelPrep::for_arch(&info.arch());

@@ -2414,8 +2414,9 @@ fn short_norm_max_cols() -> usize {
     })
 }
 
-/// Where `matvec_q8s_bulk` takes its activation row from: quantized already, or the raw row
-/// that each block normalises (RMSNorm) and quantizes itself.
+/// Where `matvec_q8s_bulk` takes its activation row from: quantized already, the raw row that
+/// each block normalises (RMSNorm) and quantizes itself, or gate and up rows whose gated
+/// activation each block computes and quantizes itself.
 #[derive(Clone, Copy)]
 enum Q8sActs<'a> {
     Quantized(&'a DeviceActs),
@@ -2424,6 +2425,48 @@ enum Q8sActs<'a> {
         weight: &'a DeviceBuffer<f32>,
         eps: f32,
     },
+    Glu {
+        gate: &'a DeviceBuffer<f32>,
+        up: &'a DeviceBuffer<f32>,
+        kind: Glu,
+        table: Option<&'a DeviceBuffer<u16>>,
+    },
+}
+
+/// `y = (act(gate) * up) · Wᵀ (+ residual)` for one row against a Q8_0 matrix with a split copy
+/// (a down projection), the activation computed and quantized inside the product's launch
+/// (`matvec_q8s_bulk`): bit for bit [`glu`], the activation's Q8_0 quantization, then the
+/// product, with no activation launch. Returns false, launching nothing, where that kernel does
+/// not apply (no split copy, a GeGLU without its table).
+#[allow(clippy::too_many_arguments)]
+pub fn glu_matvec_q8s(
+    dev: &CudaDevice,
+    y: &mut DeviceBuffer<f32>,
+    w: &DeviceMatrix,
+    gate: &DeviceBuffer<f32>,
+    up: &DeviceBuffer<f32>,
+    kind: Glu,
+    table: Option<&DeviceBuffer<u16>>,
+    residual: Option<&DeviceBuffer<f32>>,
+) -> Result<bool> {
+    if w.split.is_none()
+        || (kind == Glu::GeluTanh && table.is_none_or(|t| t.len() <= u16::MAX as usize))
+    {
+        return Ok(false);
+    }
+    check_matvec(w, y.len(), 1)?;
+    let epi = Epilogue {
+        bias: None,
+        residual,
+    };
+    epi.check(w.rows, y.len())?;
+    let acts = Q8sActs::Glu {
+        gate,
+        up,
+        kind,
+        table,
+    };
+    matvec_q8s(dev, y, w, acts, epi, &mut [])
 }
 
 /// Whether one activation row against `w` can take `matvec_q8s_bulk` (it has a split copy).
@@ -2606,6 +2649,19 @@ fn q8s_whole() -> Q8sWhole {
     })
 }
 
+/// `SYNAPTIX_Q8S_FEW=S` (an experiment, unset by default): launches of the configured ring whose
+/// busiest warps take two rows (7B's Q/K/V: 4,608 rows, 35 a block of 32 warps) keep S copies in
+/// flight a warp instead of one, so that those warps wait for two round trips instead of four.
+fn q8s_few_stages() -> Option<usize> {
+    static STAGES: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *STAGES.get_or_init(|| {
+        std::env::var("SYNAPTIX_Q8S_FEW")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|&n| (1..=4).contains(&n))
+    })
+}
+
 /// One activation row against Q8_0 weights (and up to two more Q8_0 matrices of the same row
 /// length, `more`) through `matvec_q8s_bulk`, from the matrices' split copies: the CPU's bits,
 /// as the other Q8_0 kernels. Returns false, launching nothing, where a matrix has no split
@@ -2625,6 +2681,7 @@ fn matvec_q8s(
     let acts_fit = match acts {
         Q8sActs::Quantized(a) => a.rows == 1 && a.cols == k && a.dtype == DType::Q8_0,
         Q8sActs::Norm { x, weight, .. } => x.len() == k && weight.len() == k,
+        Q8sActs::Glu { gate, up, .. } => gate.len() == k && up.len() == k && more.is_empty(),
     };
     if !acts_fit
         || more
@@ -2665,6 +2722,10 @@ fn matvec_q8s(
         _ => {
             // A ring too large for this row length gives up stages, then groups.
             let mut s = shape;
+            let rows_per_warp = rows.div_ceil(blocks_of(shape)).div_ceil(shape.warps);
+            if let Some(few) = q8s_few_stages().filter(|_| rows_per_warp == 2) {
+                s.stages = few;
+            }
             while shared_of(s) > max_shared && (s.stages > 1 || s.groups > 1) {
                 if s.stages > 1 {
                     s.stages -= 1;
@@ -2692,6 +2753,14 @@ fn matvec_q8s(
     let (quantized, meta, x, norm, eps) = match acts {
         Q8sActs::Quantized(a) => (Some(&a.buf), a.meta_offset as i64, None, None, 0.0f32),
         Q8sActs::Norm { x, weight, eps } => (None, 0, Some(x), Some(weight), eps),
+        Q8sActs::Glu { gate, .. } => (None, 0, Some(gate), None, 0.0),
+    };
+    // The gated activation's up row, its kind (0 SwiGLU, 1 GeGLU) and GeGLU's table.
+    let (glu_up, glu_kind, glu_table) = match acts {
+        Q8sActs::Glu {
+            up, kind, table, ..
+        } => (Some(up), i32::from(kind == Glu::GeluTanh), table),
+        _ => (None, 0, None),
     };
     let mut l = Launch::new(dev, &f);
     l.arg(y)
@@ -2704,7 +2773,12 @@ fn matvec_q8s(
         .arg(chunk as i32);
     epilogue_args(&mut l, &epi);
     segment_args_of(&mut l, w.rows, more, |m| m.split.as_ref())?;
-    l.arg(x).arg(norm).arg(eps);
+    l.arg(x)
+        .arg(norm)
+        .arg(eps)
+        .arg(glu_up)
+        .arg(glu_kind)
+        .arg(glu_table);
     // SAFETY: each block copies whole rows of the launch's split copies (`q8s_row_bytes(k)` per
     // row, pieces of 16-byte multiples) into its own shared memory, which `shared` covers (the
     // ring, the activation row's quants and scales, the barriers, the terms); it reads one

@@ -2138,6 +2138,98 @@ fn bulk_matvec_prologues_match_separate_ops() {
     );
 }
 
+/// The gated activation inside the Q8_0 split-copy kernel (`ops::glu_matvec_q8s`: each block
+/// computes act(gate) · up and quantizes it itself) gives bit for bit the activation, its Q8_0
+/// quantization and the product on the stored blocks, with the residual: the down projections of
+/// Qwen2.5 7B (18944) and 1.5B (8960), a row with a partial last group (2080), SwiGLU and GeGLU,
+/// and a gate row holding a NaN, an infinity and an all-zero block (the quantizer's special
+/// cases). A matrix without a split copy is refused, nothing written.
+#[test]
+fn glu_matvec_q8s_matches_glu_then_matvec() {
+    let Some((dev, mut rng)) = device() else {
+        return;
+    };
+    let dtable = dev.upload(&gelu_table()).unwrap();
+    let bits = |b: &DeviceBuffer<f32>| -> Vec<u32> {
+        dev.download(b)
+            .unwrap()
+            .iter()
+            .map(|v| v.to_bits())
+            .collect()
+    };
+    for (cols, rows, special) in [
+        (18944, 300, false),
+        (8960, 200, false),
+        (2080, 100, true),
+        (18944, 64, true),
+    ] {
+        let (mut weights, _) = random_matrices(&dev, &mut rng, &[(DType::Q8_0, rows)], cols);
+        let mut w = weights.remove(0);
+        w.split = None;
+        let mut gate = rng.vec(cols, 4.0);
+        if special {
+            gate[5] = f32::NAN;
+            gate[100] = f32::INFINITY;
+            for v in &mut gate[64..96] {
+                *v = 0.0;
+            }
+        }
+        let up = rng.vec(cols, 2.0);
+        let (dgate, dup) = (dev.upload(&gate).unwrap(), dev.upload(&up).unwrap());
+        let residual = dev.upload(&rng.vec(rows, 3.0)).unwrap();
+        let mut wants = Vec::new();
+        for kind in [Glu::Silu, Glu::GeluTanh] {
+            let mut act = poisoned(&dev, cols);
+            ops::glu(&dev, kind, &mut act, &dgate, &dup, cols, Some(&dtable)).unwrap();
+            let mut want = poisoned(&dev, rows);
+            let epi = ops::Epilogue {
+                bias: None,
+                residual: Some(&residual),
+            };
+            ops::matvec_with(&dev, &mut want, &w, &act, epi).unwrap();
+            wants.push(bits(&want));
+            // No split copy yet: refused, nothing written.
+            let mut got = poisoned(&dev, rows);
+            let taken = ops::glu_matvec_q8s(
+                &dev,
+                &mut got,
+                &w,
+                &dgate,
+                &dup,
+                kind,
+                Some(&dtable),
+                Some(&residual),
+            )
+            .unwrap();
+            assert!(!taken, "taken without a split copy");
+            assert!(dev.download(&got).unwrap().iter().all(|v| v.is_nan()));
+        }
+        if !w.split_copy(&dev).unwrap() {
+            eprintln!("no split copies on this GPU (sm_90+ only): skipped");
+            return;
+        }
+        for (kind, want) in [Glu::Silu, Glu::GeluTanh].into_iter().zip(wants) {
+            let mut got = poisoned(&dev, rows);
+            let taken = ops::glu_matvec_q8s(
+                &dev,
+                &mut got,
+                &w,
+                &dgate,
+                &dup,
+                kind,
+                Some(&dtable),
+                Some(&residual),
+            )
+            .unwrap();
+            assert!(taken, "{kind:?} cols {cols}: split-copy kernel taken");
+            assert_eq!(bits(&got), want, "{kind:?} cols {cols} special {special}");
+            eprintln!(
+                "q8s glu inside, {kind:?} {rows}x{cols} (special values: {special}): bit-equal"
+            );
+        }
+    }
+}
+
 /// One decode row through `rope_store_attention` (RoPE of q and of the new key, the cache store
 /// and the one-pass attention in one launch) gives the bits of `rope_qk_store` then `attention`
 /// (or `attention_quantized`): the output, the quantized output, the rotated queries and keys,

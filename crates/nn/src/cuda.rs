@@ -267,6 +267,15 @@ fn bulk_prologue(which: &str) -> bool {
     matches!(mode.as_str(), "1" | "all") || mode == which
 }
 
+/// Whether the Q8_0 split-copy kernel computes the MLP activation inside the down projection's
+/// launch (`SYNAPTIX_Q8S_GLU=1`; an experiment, off until measured): one launch less a layer,
+/// but every block reads the gate and up rows (8 bytes a column) before its first product, as
+/// the F16 kernel's `glu` prologue does (measured even or slower there).
+fn q8s_glu() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("SYNAPTIX_Q8S_GLU").as_deref() == Ok("1"))
+}
+
 /// Whether the MLP activation is fused with a Q8_K quantization (`SYNAPTIX_GLU_Q8K=0`: no, for
 /// comparisons). The fused kernel computes each 256-value block with a thread block of 256
 /// threads; its first form, one warp per block computing 8 values per lane, measured slower
@@ -746,6 +755,23 @@ impl Backend for CudaBackend {
             let (kind, table) = self.glu_kind(act)?;
             let mut y = self.tensor(1, w.rows)?;
             if ops::glu_matvec(
+                &self.device,
+                &mut y.buf,
+                w,
+                &gate.buf,
+                &up.buf,
+                kind,
+                table,
+                Some(&residual.buf),
+            )? {
+                *residual = y;
+                return Ok(());
+            }
+        }
+        if !fusion_disabled() && q8s_glu() && shapes_fit {
+            let (kind, table) = self.glu_kind(act)?;
+            let mut y = self.tensor(1, w.rows)?;
+            if ops::glu_matvec_q8s(
                 &self.device,
                 &mut y.buf,
                 w,
