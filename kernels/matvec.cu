@@ -2764,13 +2764,21 @@ __device__ __forceinline__ void q8s_acts_to_shared(u8* aq, float* ad, const u8* 
 // copy); 0: read from `stages_arg`.
 // PICK: also the index of the largest output (lowest on ties, NaN never: `argmax_blocks_f32`'s
 // pick) into pick[0], as `matvec_q8p` does.
-template <int ST, bool PICK = false>
+// POOL: rows [0, n_static) are dealt as the blocks' contiguous ranges; the rest is a pool that
+// warps done with their own rows claim one row at a time (`pool[0]`, a row counter; `pool[1]`
+// counts finished blocks, and the last resets both to zero for the next launch; zero before the
+// first), so that blocks slowed by the memory system end with the others. Each row is still one
+// warp's, its terms added in order: the same bits. Pool rows are claimed only after the PDL
+// wait (the launch before may still be resetting the counter before it). stages <= Q8S_POOL_STAGES.
+#define Q8S_POOL_STAGES 4
+template <int ST, bool PICK = false, bool POOL = false>
 __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 meta, int k,
                            const float* __restrict__ residual, int stages_arg, int chunk,
                            const float* __restrict__ x, const float* __restrict__ nw, float eps,
                            i32* pick = nullptr, float* partial_v = nullptr, int* partial_i = nullptr,
                            unsigned int* done = nullptr, const float* __restrict__ up = nullptr, int glu = 0,
-                           const u16* __restrict__ table = nullptr) {
+                           const u16* __restrict__ table = nullptr, unsigned int* pool = nullptr,
+                           int n_static = 0) {
     extern __shared__ uint4 mvb_smem[];
 #if defined(KTRACE)
     const unsigned long long kt0 = ktrace_now();
@@ -2791,10 +2799,45 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
     float* my_terms = terms + warp * chunk_terms;
     const u32 ring_s = (u32)__cvta_generic_to_shared(ring);
     const int G = gridDim.x, n = sg.n_out;
-    const int r0 = (int)((i64)blockIdx.x * n / G), r1 = (int)((i64)(blockIdx.x + 1) * n / G);
+    const int n_dealt = POOL ? n_static : n;  // rows dealt to the blocks' ranges
+    const int r0 = (int)((i64)blockIdx.x * n_dealt / G), r1 = (int)((i64)(blockIdx.x + 1) * n_dealt / G);
     const int per_row = (row_bytes + chunk - 1) / chunk;
     const int my_rows = r1 - r0 > warp ? (r1 - r0 - warp + n_warps - 1) / n_warps : 0;
     const int n_chunks = my_rows * per_row;
+    // POOL: the global row of each slot's chunk (-1: none left), written by lane 0 as it issues,
+    // and lane 0's cursor: the row being issued, its next chunk, the warp's own rows left.
+    __shared__ int pool_slot_row[POOL ? 32 * Q8S_POOL_STAGES : 1];
+    int* my_slot_row = pool_slot_row + (POOL ? warp * Q8S_POOL_STAGES : 0);
+    int p_row = -1, p_in = per_row, p_own_left = my_rows, p_own_next = r0 + warp;
+    bool p_dry = false;
+    // Issues the warp's chunk number c (lane 0); false where it needs a pool row before the wait.
+    auto issue_pool = [&](int c, bool may_claim) -> bool {
+        if (p_in == per_row) {
+            if (p_own_left > 0) {
+                p_row = p_own_next;
+                p_own_next += n_warps;
+                --p_own_left;
+            } else if (!may_claim) {
+                return false;
+            } else if (!p_dry) {
+                const int t = (int)atomicAdd(pool, 1u);
+                p_row = t < n - n_static ? n_static + t : -1;
+                p_dry = p_row < 0;
+            } else {
+                p_row = -1;
+            }
+            p_in = p_row < 0 ? per_row : 0;
+        }
+        const int slot = c % stages;
+        my_slot_row[slot] = p_row;
+        if (p_row < 0) return true;
+        const int s = sg.seg(p_row), off = p_in * chunk;
+        const u8* src = sg.w(s) + (i64)(p_row - sg.first(s)) * row_bytes + off;
+        mvb_issue(ring_s + slot * chunk, src, (u32)min(chunk, row_bytes - off), bars + 8u * slot);
+        ++p_in;
+        return true;
+    };
+    int p_before = 0;  // lane 0: chunks issued before the wait
     // A cursor over this warp's chunks: local row (from r0) and chunk within the row.
     int issue_row = warp, issue_in = 0;
     auto issue_next = [&](int c) {
@@ -2811,10 +2854,19 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
     if (lane == 0) {
         for (int s = 0; s < stages; ++s) mvb_bar_init(bars + 8u * s);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        for (int c = 0; c < min(stages, n_chunks); ++c) issue_next(c);
+        if constexpr (POOL) {
+            while (p_before < stages && issue_pool(p_before, false)) ++p_before;
+        } else {
+            for (int c = 0; c < min(stages, n_chunks); ++c) issue_next(c);
+        }
     }
     PDL_WAIT();
     PDL_TRIGGER();
+    if constexpr (POOL) {
+        if (lane == 0)
+            for (int c = p_before; c < stages; ++c) issue_pool(c, true);
+        __syncwarp();  // the slots' rows are visible to the warp
+    }
 #if defined(KTRACE)
     kt1 = ktrace_now();
 #endif
@@ -2828,8 +2880,13 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
     int best_i = 0x7fffffff;
     int row = warp, in_row = 0;
     const int half = lane >> 4, b = lane & 15;
-    for (int c = 0; c < n_chunks; ++c) {
+    for (int c = 0; POOL || c < n_chunks; ++c) {
         const int slot = c % stages;
+        int pool_row = 0;  // POOL: this chunk's global row
+        if constexpr (POOL) {
+            pool_row = my_slot_row[slot];
+            if (pool_row < 0) break;  // warp-uniform: none left
+        }
         const int off = in_row * chunk, bytes = min(chunk, row_bytes - off);
         if (in_row == 0) acc = 0.0f;
         mvb_wait(bars + 8u * slot, (u32)(c / stages) & 1u);
@@ -2885,7 +2942,12 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
         }
         const int n_terms = n_groups * Q8S_GROUP_BLOCKS;
         __syncwarp();
-        if (lane == 0 && c + stages < n_chunks) {
+        if constexpr (POOL) {
+            if (lane == 0) {
+                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+                issue_pool(c + stages, true);
+            }
+        } else if (lane == 0 && c + stages < n_chunks) {
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our reads, then the copy's writes
             issue_next(c + stages);
         }
@@ -2898,7 +2960,7 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
             }
         }
         if (lane == 0 && in_row == per_row - 1) {
-            const int grow = r0 + row, sgi = sg.seg(grow), lr = grow - sg.first(sgi);
+            const int grow = POOL ? pool_row : r0 + row, sgi = sg.seg(grow), lr = grow - sg.first(sgi);
             const float out = mv_epilogue(acc, sg.bias(sgi), residual, lr, lr);
             sg.y(sgi)[lr] = out;
             if constexpr (PICK) argmax_take(best_v, best_i, out, grow);
@@ -2908,6 +2970,10 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
             in_row = 0;
             row += n_warps;
         }
+    }
+    if constexpr (POOL) {
+        __syncthreads();  // every warp of the block is done claiming
+        if (threadIdx.x == 0 && atomicInc(pool + 1, gridDim.x - 1) == gridDim.x - 1) atomicExch(pool, 0u);
     }
     if constexpr (PICK) argmax_blocks_end(best_v, best_i, pick, partial_v, partial_i, done);
 #if defined(KTRACE)
@@ -3065,19 +3131,40 @@ __device__ void matvec_q8p(const mv_segs sg, const u8* __restrict__ acts, i64 me
 extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 1)
     matvec_q8s_bulk(float* y, const u8* w, const u8* acts, long long meta, int n_out, int k, int stages,
                     int chunk, const float* bias, const float* residual, MV_SEG_PARAMS,
-                    const float* x, const float* nw, float eps, const float* up, int glu, const u16* table) {
+                    const float* x, const float* nw, float eps) {
     PDL_WAITS_INSIDE();
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-    if (k <= Q8S_PIECES && stages == 1 && chunk == Q8P_PIECES * Q8S_GROUP_BYTES && !up)
+    if (k <= Q8S_PIECES && stages == 1 && chunk == Q8P_PIECES * Q8S_GROUP_BYTES)
         matvec_q8p<false>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, x, nw, eps);
     else if (Q8S_FIXED && stages == 1)
-        matvec_q8s<1>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw, eps, nullptr,
-                      nullptr, nullptr, nullptr, up, glu, table);
+        matvec_q8s<1>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw, eps);
+    else
+        matvec_q8s<0>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw, eps);
+#else
+    PDL_WAIT();  // sm_80: never launched (the host takes the other Q8_0 kernels)
+#endif
+}
+
+// `matvec_q8s_bulk` with the twenty-fourth pass's experiments, a kernel of its own so that the
+// default one keeps its code: with `up`, the activation row is the gated activation of gate row
+// x and up row `up` (glu 0: SwiGLU, 1: GeGLU through `table`), computed and quantized by every
+// block (`SYNAPTIX_Q8S_GLU`); with `pool` (two u32, zero between launches), rows from n_static
+// on are claimed one at a time by the warps done with their own (`SYNAPTIX_Q8S_POOL`; stages
+// <= Q8S_POOL_STAGES). The same bits as `matvec_q8s_bulk` on the same activation row.
+extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 1)
+    matvec_q8s_ext(float* y, const u8* w, const u8* acts, long long meta, int n_out, int k, int stages, int chunk,
+                   const float* bias, const float* residual, MV_SEG_PARAMS, const float* x, const float* nw,
+                   float eps, const float* up, int glu, const u16* table, unsigned int* pool, int n_static) {
+    PDL_WAITS_INSIDE();
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+    if (pool)
+        matvec_q8s<0, false, true>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw, eps,
+                                   nullptr, nullptr, nullptr, nullptr, up, glu, table, pool, n_static);
     else
         matvec_q8s<0>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw, eps, nullptr,
                       nullptr, nullptr, nullptr, up, glu, table);
 #else
-    PDL_WAIT();  // sm_80: never launched (the host takes the other Q8_0 kernels)
+    PDL_WAIT();  // sm_80: never launched
 #endif
 }
 

@@ -148,6 +148,7 @@ __device__ void glu_quant_k(float* y, u8* out, long long meta, long long bsums, 
 #define GLU_QUANT(name, fmt, act)                                                                      \
     extern "C" __global__ void name(float* y, u8* out, long long meta, long long bsums, const float* gate, \
                                     const float* up, int cols, int n_blocks, const u16* table) {        \
+        PDL_WAITS_INSIDE(); /* before the wait: the trace's timer only */                             \
         KTRACE_START();                                                                                \
         PDL_WAIT();                                                                                    \
         PDL_TRIGGER();                                                                                 \

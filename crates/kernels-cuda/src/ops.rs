@@ -2662,6 +2662,41 @@ fn q8s_few_stages() -> Option<usize> {
     })
 }
 
+/// Ring copies a warp the row pool's kernel form takes at most (kernels/matvec.cu).
+const Q8S_POOL_STAGES: usize = 4;
+
+/// `SYNAPTIX_Q8S_POOL=P` (an experiment, unset by default): split-copy launches of at least three
+/// rows a warp deal P% of their rows (1-50, the last ones) from a pool that warps done with their
+/// own rows claim one row at a time (`matvec_q8s_ext`), instead of dealing every row to the
+/// blocks' ranges: the twenty-fourth pass's timelines put 7B's gate/up blocks' ends 3.6 µs
+/// apart (a random spread, not the same slow SMs each launch).
+fn q8s_pool_percent() -> Option<usize> {
+    static PERCENT: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    match Q8S_POOL_SET.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => *PERCENT.get_or_init(|| {
+            std::env::var("SYNAPTIX_Q8S_POOL")
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .filter(|&p| (1..=50).contains(&p))
+        }),
+        p if p <= 50 => Some(p),
+        _ => None,
+    }
+}
+
+/// Set by [`set_q8s_pool_percent`]: 0 the environment's choice, 1-50 that share, more none.
+static Q8S_POOL_SET: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Overrides `SYNAPTIX_Q8S_POOL` for the launches that follow (tests and benchmarks): `Some(P)`
+/// with P in 1-50 deals P% of the rows of eligible split-copy launches from the pool, `None`
+/// none. Results are the same either way.
+pub fn set_q8s_pool_percent(percent: Option<usize>) {
+    let v = percent
+        .filter(|p| (1..=50).contains(p))
+        .unwrap_or(usize::MAX);
+    Q8S_POOL_SET.store(v, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// One activation row against Q8_0 weights (and up to two more Q8_0 matrices of the same row
 /// length, `more`) through `matvec_q8s_bulk`, from the matrices' split copies: the CPU's bits,
 /// as the other Q8_0 kernels. Returns false, launching nothing, where a matrix has no split
@@ -2693,7 +2728,22 @@ fn matvec_q8s(
     let shape = q8s_shape();
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
     let shared_of = |s: Q8sShape| q8s_shared_bytes(k, s);
-    let f = dev.function("matvec", "matvec_q8s_bulk")?;
+    // The experiments' kernel where one is asked for (the pool: launches of at least three rows
+    // a warp of the configured ring); the default kernel otherwise.
+    let glu = matches!(acts, Q8sActs::Glu { .. });
+    let pool_share = q8s_pool_percent().filter(|_| {
+        shape.stages <= Q8S_POOL_STAGES
+            && rows.div_ceil(rows.min(sm_count(dev) * (16 / shape.warps).max(1))) >= 3 * shape.warps
+    });
+    let ext = glu || pool_share.is_some();
+    let f = dev.function(
+        "matvec",
+        if ext {
+            "matvec_q8s_ext"
+        } else {
+            "matvec_q8s_bulk"
+        },
+    )?;
     let max_shared = dev.max_shared_memory(&f)?;
     let blocks_of = |s: Q8sShape| rows.min(sm_count(dev) * (16 / s.warps).max(1));
     // A ring of whole rows deep enough for every row of the warp where shared memory allows
@@ -2702,11 +2752,12 @@ fn matvec_q8s(
     let whole = {
         let warps = Q8S_WHOLE_WARPS.min(shape.warps);
         let rows_per_warp = rows.div_ceil(blocks_of(shape)).div_ceil(warps);
-        let wanted = match whole_rule {
-            Q8sWhole::Never => false,
-            Q8sWhole::OneRowPerWarp => rows_per_warp <= 1,
-            Q8sWhole::WhereItFits => true,
-        };
+        let wanted = pool_share.is_none()
+            && match whole_rule {
+                Q8sWhole::Never => false,
+                Q8sWhole::OneRowPerWarp => rows_per_warp <= 1,
+                Q8sWhole::WhereItFits => true,
+            };
         wanted.then_some(Q8sShape {
             stages: rows_per_warp.max(1),
             groups: (k / 32).div_ceil(Q8S_GROUP_BLOCKS),
@@ -2773,12 +2824,20 @@ fn matvec_q8s(
         .arg(chunk as i32);
     epilogue_args(&mut l, &epi);
     segment_args_of(&mut l, w.rows, more, |m| m.split.as_ref())?;
-    l.arg(x)
-        .arg(norm)
-        .arg(eps)
-        .arg(glu_up)
-        .arg(glu_kind)
-        .arg(glu_table);
+    l.arg(x).arg(norm).arg(eps);
+    if ext {
+        // Rows from n_static on make the pool (none without one: n_static = rows).
+        let n_static = rows - pool_share.map_or(0, |p| rows * p / 100);
+        let pool = match pool_share {
+            Some(_) => Some(dev.row_pool()?),
+            None => None,
+        };
+        l.arg(glu_up)
+            .arg(glu_kind)
+            .arg(glu_table)
+            .arg(pool)
+            .arg(i32_arg("matvec", "rows", n_static)?);
+    }
     // SAFETY: each block copies whole rows of the launch's split copies (`q8s_row_bytes(k)` per
     // row, pieces of 16-byte multiples) into its own shared memory, which `shared` covers (the
     // ring, the activation row's quants and scales, the barriers, the terms); it reads one

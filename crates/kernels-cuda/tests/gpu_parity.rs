@@ -1688,6 +1688,27 @@ fn rms_norm_matvec_q8s_many_matches_norm_then_matvec() {
         let got = download(&ys);
         assert_same_outputs(&got, &want, &format!("cols {cols} {mats:?}"));
         eprintln!("q8s norm inside, cols {cols} {mats:?}: bit-equal to norm, quantize, matvec");
+        // The row pool (the last rows claimed by warps done with their own; launches of three
+        // rows a warp or more): the same bits, twice in a row (the counters reset themselves).
+        for percent in [10, 50] {
+            ops::set_q8s_pool_percent(Some(percent));
+            for _ in 0..2 {
+                let mut ys: Vec<DeviceBuffer<f32>> =
+                    weights.iter().map(|w| poisoned(&dev, w.rows)).collect();
+                {
+                    let mut parts = matvec_parts(&mut ys, &weights, &biases);
+                    assert!(
+                        ops::rms_norm_matvec_q8s_many(&dev, &mut parts, &dx, &dg, 1e-6).unwrap()
+                    );
+                }
+                assert_same_outputs(
+                    &download(&ys),
+                    &want,
+                    &format!("pool {percent}%, cols {cols} {mats:?}"),
+                );
+            }
+            ops::set_q8s_pool_percent(None);
+        }
     }
     // A Q8_0 matrix without a split copy (too small for one at upload), or another format: not
     // taken, nothing written.
