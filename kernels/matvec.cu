@@ -2973,7 +2973,10 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
     }
     if constexpr (POOL) {
         __syncthreads();  // every warp of the block is done claiming
-        if (threadIdx.x == 0 && atomicInc(pool + 1, gridDim.x - 1) == gridDim.x - 1) atomicExch(pool, 0u);
+        if (threadIdx.x == 0) {
+            __threadfence();
+            if (atomicInc(pool + 1, gridDim.x - 1) == gridDim.x - 1) atomicExch(pool, 0u);
+        }
     }
     if constexpr (PICK) argmax_blocks_end(best_v, best_i, pick, partial_v, partial_i, done);
 #if defined(KTRACE)
