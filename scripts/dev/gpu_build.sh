@@ -8,6 +8,8 @@ cargo test --release --no-run -p synaptix-kernels-cuda -p synaptix-models --mess
 cargo build --release -p synaptix-kernels-cuda --examples
 mkdir -p .dev/bin
 pwd > .dev/build_root  # where the tests look for their fixtures
+# The build the figures come from (table.sh prints it).
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo -dirty)" > .dev/build_commit
 cp target/release/synaptix .dev/bin/
 for t in gpu_parity pdl cuda_parity sample_parity gemm_parity gemm_k_parity; do
   f=$(python3 - "$t" <<'PY'
