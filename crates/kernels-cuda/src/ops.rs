@@ -2435,7 +2435,7 @@ enum Q8sActs<'a> {
 
 /// `y = (act(gate) * up) · Wᵀ (+ residual)` for one row against a Q8_0 matrix with a split copy
 /// (a down projection), the activation computed and quantized inside the product's launch
-/// (`matvec_q8s_bulk`): bit for bit [`glu`], the activation's Q8_0 quantization, then the
+/// (`matvec_q8s_ext`): bit for bit [`glu`], the activation's Q8_0 quantization, then the
 /// product, with no activation launch. Returns false, launching nothing, where that kernel does
 /// not apply (no split copy, a GeGLU without its table).
 #[allow(clippy::too_many_arguments)]

@@ -2198,6 +2198,23 @@ fn glu_matvec_q8s_matches_glu_then_matvec() {
         let up = rng.vec(cols, 2.0);
         let (dgate, dup) = (dev.upload(&gate).unwrap(), dev.upload(&up).unwrap());
         let residual = dev.upload(&rng.vec(rows, 3.0)).unwrap();
+        // The fused launch (poisoned output first): whether it was taken, and its outputs.
+        let fused = |w: &DeviceMatrix, kind: Glu| -> (bool, Vec<u32>) {
+            let mut got = poisoned(&dev, rows);
+            let table = Some(&dtable);
+            let taken = ops::glu_matvec_q8s(
+                &dev,
+                &mut got,
+                w,
+                &dgate,
+                &dup,
+                kind,
+                table,
+                Some(&residual),
+            )
+            .unwrap();
+            (taken, bits(&got))
+        };
         let mut wants = Vec::new();
         for kind in [Glu::Silu, Glu::GeluTanh] {
             let mut act = poisoned(&dev, cols);
@@ -2210,40 +2227,18 @@ fn glu_matvec_q8s_matches_glu_then_matvec() {
             ops::matvec_with(&dev, &mut want, &w, &act, epi).unwrap();
             wants.push(bits(&want));
             // No split copy yet: refused, nothing written.
-            let mut got = poisoned(&dev, rows);
-            let taken = ops::glu_matvec_q8s(
-                &dev,
-                &mut got,
-                &w,
-                &dgate,
-                &dup,
-                kind,
-                Some(&dtable),
-                Some(&residual),
-            )
-            .unwrap();
+            let (taken, got) = fused(&w, kind);
             assert!(!taken, "taken without a split copy");
-            assert!(dev.download(&got).unwrap().iter().all(|v| v.is_nan()));
+            assert!(got.iter().all(|&b| f32::from_bits(b).is_nan()));
         }
         if !w.split_copy(&dev).unwrap() {
             eprintln!("no split copies on this GPU (sm_90+ only): skipped");
             return;
         }
         for (kind, want) in [Glu::Silu, Glu::GeluTanh].into_iter().zip(wants) {
-            let mut got = poisoned(&dev, rows);
-            let taken = ops::glu_matvec_q8s(
-                &dev,
-                &mut got,
-                &w,
-                &dgate,
-                &dup,
-                kind,
-                Some(&dtable),
-                Some(&residual),
-            )
-            .unwrap();
+            let (taken, got) = fused(&w, kind);
             assert!(taken, "{kind:?} cols {cols}: split-copy kernel taken");
-            assert_eq!(bits(&got), want, "{kind:?} cols {cols} special {special}");
+            assert_eq!(got, want, "{kind:?} cols {cols} special {special}");
             eprintln!(
                 "q8s glu inside, {kind:?} {rows}x{cols} (special values: {special}): bit-equal"
             );
