@@ -2650,8 +2650,10 @@ fn q8s_whole() -> Q8sWhole {
 }
 
 /// `SYNAPTIX_Q8S_FEW=S` (an experiment, unset by default): launches of the configured ring whose
-/// busiest warps take two rows (7B's Q/K/V: 4,608 rows, 35 a block of 32 warps) keep S copies in
-/// flight a warp instead of one, so that those warps wait for two round trips instead of four.
+/// busiest warps stream at most four copies (7B's Q/K/V: 4,608 rows, 35 a block of 32 warps, two
+/// rows of two copies; 7B's O: one row of two copies) keep S copies in flight a warp instead of
+/// one, so that those warps wait for fewer round trips (O's whole matrix requested before the
+/// PDL wait at S = 2).
 fn q8s_few_stages() -> Option<usize> {
     static STAGES: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     *STAGES.get_or_init(|| {
@@ -2774,7 +2776,8 @@ fn matvec_q8s(
             // A ring too large for this row length gives up stages, then groups.
             let mut s = shape;
             let rows_per_warp = rows.div_ceil(blocks_of(shape)).div_ceil(shape.warps);
-            if let Some(few) = q8s_few_stages().filter(|_| rows_per_warp == 2) {
+            let copies_per_row = q8s_row_bytes(k).div_ceil(shape.groups * Q8S_GROUP_BYTES);
+            if let Some(few) = q8s_few_stages().filter(|_| rows_per_warp * copies_per_row <= 4) {
                 s.stages = few;
             }
             while shared_of(s) > max_shared && (s.stages > 1 || s.groups > 1) {
