@@ -2686,6 +2686,13 @@ fn q8s_pool_percent() -> Option<usize> {
     }
 }
 
+/// Whether a split-copy launch of `rows` rows on `sms` SMs with ring `shape` may take the row
+/// pool: at least three rows a warp, and a ring the pool's kernel form holds.
+fn q8s_pool_eligible(rows: usize, sms: usize, shape: Q8sShape) -> bool {
+    let blocks = rows.min(sms * (16 / shape.warps).max(1)).max(1);
+    shape.stages <= Q8S_POOL_STAGES && rows.div_ceil(blocks) >= 3 * shape.warps
+}
+
 /// Set by [`set_q8s_pool_percent`]: 0 the environment's choice, 1-50 that share, more none.
 static Q8S_POOL_SET: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
@@ -2733,10 +2740,7 @@ fn matvec_q8s(
     // The experiments' kernel where one is asked for (the pool: launches of at least three rows
     // a warp of the configured ring); the default kernel otherwise.
     let glu = matches!(acts, Q8sActs::Glu { .. });
-    let pool_share = q8s_pool_percent().filter(|_| {
-        shape.stages <= Q8S_POOL_STAGES
-            && rows.div_ceil(rows.min(sm_count(dev) * (16 / shape.warps).max(1))) >= 3 * shape.warps
-    });
+    let pool_share = q8s_pool_percent().filter(|_| q8s_pool_eligible(rows, sm_count(dev), shape));
     let ext = glu || pool_share.is_some();
     let f = dev.function(
         "matvec",
@@ -2940,4 +2944,29 @@ pub fn argmax(dev: &CudaDevice, x: &DeviceBuffer<f32>, out: &mut DeviceBuffer<i3
         })
     }?;
     Ok(())
+}
+
+#[cfg(test)]
+mod q8s_rule_tests {
+    use super::*;
+
+    /// The row pool's rule on the H200 (132 SMs, the default ring of 32 warps): 7B's and 1.5B's
+    /// gate/up and gpu_parity's pool cases (2 × 13,000 rows, 151,936 rows) take it; 7B's
+    /// Q/K/V, O and down, gpu_parity's 8,000-row case and deeper rings than the kernel holds do not.
+    #[test]
+    fn row_pool_eligibility() {
+        let ring = Q8sShape {
+            stages: 1,
+            groups: 4,
+            warps: 32,
+        };
+        for rows in [37888, 17920, 26000, 151936] {
+            assert!(q8s_pool_eligible(rows, 132, ring), "{rows} rows");
+        }
+        for rows in [4608, 3584, 8000, 0] {
+            assert!(!q8s_pool_eligible(rows, 132, ring), "{rows} rows");
+        }
+        let deep = Q8sShape { stages: 5, ..ring };
+        assert!(!q8s_pool_eligible(37888, 132, deep));
+    }
 }
