@@ -2571,15 +2571,13 @@ MATVEC_BULK(bf16, 2)
 #define Q8S_ONE_LOAD 1
 #endif
 #define Q8S_ONE_LOAD_ROUNDS 8
-// 1: rows of up to four values a thread (7B's Q/K/V and gate/up) are normalised and quantized in
-// one round, eight threads a block (`quantize_q8_32_quad`); 0: Q8S_ONE_LOAD's rounds.
+// 1: `matvec_q8s_quad` (the host's pick for raw rows of 2049 to 4096 values: 7B's Q/K/V and
+// gate/up) normalises and quantizes the row in one round, eight threads a block
+// (`quantize_q8_32_quad`); 0: that kernel takes Q8S_ONE_LOAD's rounds too. The one-round code
+// lives in a kernel of its own because its mere presence in `matvec_q8s_bulk` slowed the launches
+// that never take it (1.5B Q8_0 817 → 771 t/s).
 #ifndef Q8S_QUAD
 #define Q8S_QUAD 1
-#endif
-// ... for rows longer than this (1.5B's 1536: 1,024 threads for 384 float4s measured 813 against
-// 817 t/s with the rounds).
-#ifndef Q8S_QUAD_MIN_K
-#define Q8S_QUAD_MIN_K 2048
 #endif
 #define Q8S_GROUP_BYTES 544
 __device__ __forceinline__ int q8s_row_bytes(int k) {
@@ -2618,62 +2616,16 @@ extern "C" __global__ void q8_0_split(u8* __restrict__ out, const u8* __restrict
 // at a time (quantize.cu's arithmetic), d as the f16 the CPU stores; otherwise it rearranges the
 // quantized row `acts` (Q8_0 metadata at `meta`: half bits of d first). Every thread of the block
 // calls it; the caller synchronises the block before reading.
+template <bool QUAD>
 __device__ __forceinline__ void q8s_acts_to_shared(u8* aq, float* ad, const u8* __restrict__ acts, i64 meta, int k,
                                                    const float* __restrict__ x, const float* __restrict__ nw,
-                                                   float eps, const float* __restrict__ up = nullptr,
-                                                   int glu = 0, const u16* __restrict__ table = nullptr) {
+                                                   float eps) {
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, n_warps = blockDim.x / WARP;
     const int nb = k / 32;
-    if (up) {
-        // The gated activation of gate row x and up row `up` (glu 0: SwiGLU, 1: GeGLU through
-        // ggml's f16 table), quantized to Q8_0: glu_quant's values (quantize.cu), then its
-        // quantization element for element, eight threads a 32-value block, in rounds of
-        // blockDim.x float4s with the next round's loads issued before this round's arithmetic.
-        const int n4 = k / 4;
-        const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        int i = threadIdx.x;
-        float4 g = zero, u = zero;
-        if (i < n4) {
-            g = ((const float4*)x)[i];
-            u = ((const float4*)up)[i];
-        }
-        for (int base = threadIdx.x & ~(WARP - 1); base < n4; base += blockDim.x, i += blockDim.x) {
-            float4 gn = zero, un = zero;
-            if (i + (int)blockDim.x < n4) {
-                gn = ((const float4*)x)[i + blockDim.x];
-                un = ((const float4*)up)[i + blockDim.x];
-            }
-            const bool in = i < n4;
-            float4 h = zero;
-            if (in) {
-                const int c = 4 * i;
-                if (glu == 0) {
-                    h = make_float4(swiglu_one(g.x, u.x, c, k), swiglu_one(g.y, u.y, c + 1, k),
-                                    swiglu_one(g.z, u.z, c + 2, k), swiglu_one(g.w, u.w, c + 3, k));
-                } else {
-                    h = make_float4(geglu_one(g.x, u.x, table), geglu_one(g.y, u.y, table),
-                                    geglu_one(g.z, u.z, table), geglu_one(g.w, u.w, table));
-                }
-            }
-            float d;
-            const u32 word = quantize_q8_32_quad(h, d);  // the whole warp: shuffles
-            if (in) {
-                const int bb = i / 8, part = i % 8;
-                const int gi = bb / Q8S_GROUP_BLOCKS, nbg = min(Q8S_GROUP_BLOCKS, nb - gi * Q8S_GROUP_BLOCKS);
-                *(u32*)(aq + gi * 512 + (part / 4) * nbg * 16 + (bb % Q8S_GROUP_BLOCKS) * 16 + (part % 4) * 4) =
-                    word;
-                if (part == 0) ad[bb] = f16_to_f32(q8_f32_to_f16(d));
-            }
-            g = gn;
-            u = un;
-        }
-        return;
-    }
-#if Q8S_QUAD
-    // Rows of at most four values a thread: thread t normalises values 4t .. 4t + 3 and quantizes
-    // them with the seven other threads of their block (one round instead of a block a warp in
-    // up to four rounds, each a chain of shuffles and divisions).
-    if (x && k > Q8S_QUAD_MIN_K && k / 4 <= (int)blockDim.x) {
+    // QUAD (`matvec_q8s_quad`), rows of at most four values a thread: thread t normalises values
+    // 4t .. 4t + 3 and quantizes them with the seven other threads of their block (one round
+    // instead of a block a warp in up to four rounds, each a chain of shuffles and divisions).
+    if (QUAD && x && k / 4 <= (int)blockDim.x) {
         const int t = threadIdx.x;
         const bool in = t < k / 4;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f), g = v;
@@ -2693,8 +2645,8 @@ __device__ __forceinline__ void q8s_acts_to_shared(u8* aq, float* ad, const u8* 
             float d;
             const u32 word = quantize_q8_32_quad(u, d);  // every lane: shuffles
             if (in) {
-            const int bb = t / 8, part = t % 8;
-            const int gi = bb / Q8S_GROUP_BLOCKS, nbg = min(Q8S_GROUP_BLOCKS, nb - gi * Q8S_GROUP_BLOCKS);
+                const int bb = t / 8, part = t % 8;
+                const int gi = bb / Q8S_GROUP_BLOCKS, nbg = min(Q8S_GROUP_BLOCKS, nb - gi * Q8S_GROUP_BLOCKS);
                 *(u32*)(aq + gi * 512 + (part / 4) * nbg * 16 + (bb % Q8S_GROUP_BLOCKS) * 16 + (part % 4) * 4) =
                     word;
                 if (part == 0) ad[bb] = f16_to_f32(q8_f32_to_f16(d));
@@ -2702,7 +2654,6 @@ __device__ __forceinline__ void q8s_acts_to_shared(u8* aq, float* ad, const u8* 
         }
         return;
     }
-#endif
 #if Q8S_ONE_LOAD
     // Each lane reads the values it quantizes (block warp + r·n_warps, value `lane`) and their
     // norm weights once, before the block's sum of squares, instead of again after it (one L2
@@ -2764,21 +2715,13 @@ __device__ __forceinline__ void q8s_acts_to_shared(u8* aq, float* ad, const u8* 
 // copy); 0: read from `stages_arg`.
 // PICK: also the index of the largest output (lowest on ties, NaN never: `argmax_blocks_f32`'s
 // pick) into pick[0], as `matvec_q8p` does.
-// POOL: rows [0, n_static) are dealt as the blocks' contiguous ranges; the rest is a pool that
-// warps done with their own rows claim one row at a time (`pool[0]`, a row counter; `pool[1]`
-// counts finished blocks, and the last resets both to zero for the next launch; zero before the
-// first), so that blocks slowed by the memory system end with the others. Each row is still one
-// warp's, its terms added in order: the same bits. Pool rows are claimed only after the PDL
-// wait (the launch before may still be resetting the counter before it). stages <= Q8S_POOL_STAGES.
-#define Q8S_POOL_STAGES 4
-template <int ST, bool PICK = false, bool POOL = false>
+// QUAD: the activation row's one-round prologue (`q8s_acts_to_shared`).
+template <int ST, bool PICK = false, bool QUAD = false>
 __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 meta, int k,
                            const float* __restrict__ residual, int stages_arg, int chunk,
                            const float* __restrict__ x, const float* __restrict__ nw, float eps,
                            i32* pick = nullptr, float* partial_v = nullptr, int* partial_i = nullptr,
-                           unsigned int* done = nullptr, const float* __restrict__ up = nullptr, int glu = 0,
-                           const u16* __restrict__ table = nullptr, unsigned int* pool = nullptr,
-                           int n_static = 0) {
+                           unsigned int* done = nullptr) {
     extern __shared__ uint4 mvb_smem[];
 #if defined(KTRACE)
     const unsigned long long kt0 = ktrace_now();
@@ -2799,45 +2742,10 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
     float* my_terms = terms + warp * chunk_terms;
     const u32 ring_s = (u32)__cvta_generic_to_shared(ring);
     const int G = gridDim.x, n = sg.n_out;
-    const int n_dealt = POOL ? n_static : n;  // rows dealt to the blocks' ranges
-    const int r0 = (int)((i64)blockIdx.x * n_dealt / G), r1 = (int)((i64)(blockIdx.x + 1) * n_dealt / G);
+    const int r0 = (int)((i64)blockIdx.x * n / G), r1 = (int)((i64)(blockIdx.x + 1) * n / G);
     const int per_row = (row_bytes + chunk - 1) / chunk;
     const int my_rows = r1 - r0 > warp ? (r1 - r0 - warp + n_warps - 1) / n_warps : 0;
     const int n_chunks = my_rows * per_row;
-    // POOL: the global row of each slot's chunk (-1: none left), written by lane 0 as it issues,
-    // and lane 0's cursor: the row being issued, its next chunk, the warp's own rows left.
-    __shared__ int pool_slot_row[POOL ? 32 * Q8S_POOL_STAGES : 1];
-    int* my_slot_row = pool_slot_row + (POOL ? warp * Q8S_POOL_STAGES : 0);
-    int p_row = -1, p_in = per_row, p_own_left = my_rows, p_own_next = r0 + warp;
-    bool p_dry = false;
-    // Issues the warp's chunk number c (lane 0); false where it needs a pool row before the wait.
-    auto issue_pool = [&](int c, bool may_claim) -> bool {
-        if (p_in == per_row) {
-            if (p_own_left > 0) {
-                p_row = p_own_next;
-                p_own_next += n_warps;
-                --p_own_left;
-            } else if (!may_claim) {
-                return false;
-            } else if (!p_dry) {
-                const int t = (int)atomicAdd(pool, 1u);
-                p_row = t < n - n_static ? n_static + t : -1;
-                p_dry = p_row < 0;
-            } else {
-                p_row = -1;
-            }
-            p_in = p_row < 0 ? per_row : 0;
-        }
-        const int slot = c % stages;
-        my_slot_row[slot] = p_row;
-        if (p_row < 0) return true;
-        const int s = sg.seg(p_row), off = p_in * chunk;
-        const u8* src = sg.w(s) + (i64)(p_row - sg.first(s)) * row_bytes + off;
-        mvb_issue(ring_s + slot * chunk, src, (u32)min(chunk, row_bytes - off), bars + 8u * slot);
-        ++p_in;
-        return true;
-    };
-    int p_before = 0;  // lane 0: chunks issued before the wait
     // A cursor over this warp's chunks: local row (from r0) and chunk within the row.
     int issue_row = warp, issue_in = 0;
     auto issue_next = [&](int c) {
@@ -2854,23 +2762,14 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
     if (lane == 0) {
         for (int s = 0; s < stages; ++s) mvb_bar_init(bars + 8u * s);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        if constexpr (POOL) {
-            while (p_before < stages && issue_pool(p_before, false)) ++p_before;
-        } else {
-            for (int c = 0; c < min(stages, n_chunks); ++c) issue_next(c);
-        }
+        for (int c = 0; c < min(stages, n_chunks); ++c) issue_next(c);
     }
     PDL_WAIT();
     PDL_TRIGGER();
-    if constexpr (POOL) {
-        if (lane == 0)
-            for (int c = p_before; c < stages; ++c) issue_pool(c, true);
-        __syncwarp();  // the slots' rows are visible to the warp
-    }
 #if defined(KTRACE)
     kt1 = ktrace_now();
 #endif
-    q8s_acts_to_shared(aq, ad, acts, meta, k, x, nw, eps, up, glu, table);
+    q8s_acts_to_shared<QUAD>(aq, ad, acts, meta, k, x, nw, eps);
     __syncthreads();
 #if defined(KTRACE)
     kt2 = ktrace_now();
@@ -2880,13 +2779,8 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
     int best_i = 0x7fffffff;
     int row = warp, in_row = 0;
     const int half = lane >> 4, b = lane & 15;
-    for (int c = 0; POOL || c < n_chunks; ++c) {
+    for (int c = 0; c < n_chunks; ++c) {
         const int slot = c % stages;
-        int pool_row = 0;  // POOL: this chunk's global row
-        if constexpr (POOL) {
-            pool_row = my_slot_row[slot];
-            if (pool_row < 0) break;  // warp-uniform: none left
-        }
         const int off = in_row * chunk, bytes = min(chunk, row_bytes - off);
         if (in_row == 0) acc = 0.0f;
         mvb_wait(bars + 8u * slot, (u32)(c / stages) & 1u);
@@ -2942,12 +2836,7 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
         }
         const int n_terms = n_groups * Q8S_GROUP_BLOCKS;
         __syncwarp();
-        if constexpr (POOL) {
-            if (lane == 0) {
-                asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-                issue_pool(c + stages, true);
-            }
-        } else if (lane == 0 && c + stages < n_chunks) {
+        if (lane == 0 && c + stages < n_chunks) {
             asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // our reads, then the copy's writes
             issue_next(c + stages);
         }
@@ -2960,7 +2849,7 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
             }
         }
         if (lane == 0 && in_row == per_row - 1) {
-            const int grow = POOL ? pool_row : r0 + row, sgi = sg.seg(grow), lr = grow - sg.first(sgi);
+            const int grow = r0 + row, sgi = sg.seg(grow), lr = grow - sg.first(sgi);
             const float out = mv_epilogue(acc, sg.bias(sgi), residual, lr, lr);
             sg.y(sgi)[lr] = out;
             if constexpr (PICK) argmax_take(best_v, best_i, out, grow);
@@ -2969,13 +2858,6 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
         if (++in_row == per_row) {
             in_row = 0;
             row += n_warps;
-        }
-    }
-    if constexpr (POOL) {
-        __syncthreads();  // every warp of the block is done claiming
-        if (threadIdx.x == 0) {
-            __threadfence();
-            if (atomicInc(pool + 1, gridDim.x - 1) == gridDim.x - 1) atomicExch(pool, 0u);
         }
     }
     if constexpr (PICK) argmax_blocks_end(best_v, best_i, pick, partial_v, partial_i, done);
@@ -3061,7 +2943,7 @@ __device__ void matvec_q8p(const mv_segs sg, const u8* __restrict__ acts, i64 me
     if (my_rows > 0) issue_next();
     PDL_WAIT();
     PDL_TRIGGER();
-    q8s_acts_to_shared(aq, ad, acts, meta, k, x, nw, eps);
+    q8s_acts_to_shared<false>(aq, ad, acts, meta, k, x, nw, eps);
     __syncthreads();
     float acc = 0.0f;  // lane s < m: the sum of the set's row s
     float best_v = -INFINITY;  // PICK: this lane's first largest output and its row
@@ -3148,24 +3030,19 @@ extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 1)
 #endif
 }
 
-// `matvec_q8s_bulk` with the twenty-fourth pass's experiments, a kernel of its own so that the
-// default one keeps its code: with `up`, the activation row is the gated activation of gate row
-// x and up row `up` (glu 0: SwiGLU, 1: GeGLU through `table`), computed and quantized by every
-// block (`SYNAPTIX_Q8S_GLU`); with `pool` (two u32, zero between launches), rows from n_static
-// on are claimed one at a time by the warps done with their own (`SYNAPTIX_Q8S_POOL`; stages
-// <= Q8S_POOL_STAGES). The same bits as `matvec_q8s_bulk` on the same activation row.
+// `matvec_q8s_bulk` for raw rows the one-round prologue takes (see Q8S_QUAD): the same bits.
 extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 1)
-    matvec_q8s_ext(float* y, const u8* w, const u8* acts, long long meta, int n_out, int k, int stages, int chunk,
-                   const float* bias, const float* residual, MV_SEG_PARAMS, const float* x, const float* nw,
-                   float eps, const float* up, int glu, const u16* table, unsigned int* pool, int n_static) {
+    matvec_q8s_quad(float* y, const u8* w, const u8* acts, long long meta, int n_out, int k, int stages,
+                    int chunk, const float* bias, const float* residual, MV_SEG_PARAMS,
+                    const float* x, const float* nw, float eps) {
     PDL_WAITS_INSIDE();
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-    if (pool)
-        matvec_q8s<0, false, true>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw, eps,
-                                   nullptr, nullptr, nullptr, nullptr, up, glu, table, pool, n_static);
+    if (Q8S_FIXED && stages == 1)
+        matvec_q8s<1, false, Q8S_QUAD>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw,
+                                       eps);
     else
-        matvec_q8s<0>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw, eps, nullptr,
-                      nullptr, nullptr, nullptr, up, glu, table);
+        matvec_q8s<0, false, Q8S_QUAD>(MV_SEGS(y, w, bias, n_out), acts, meta, k, residual, stages, chunk, x, nw,
+                                       eps);
 #else
     PDL_WAIT();  // sm_80: never launched
 #endif
@@ -3191,5 +3068,20 @@ extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 1)
                             partial_v, partial_i, done);
 #else
     PDL_WAIT();  // sm_80: never launched (the host needs split copies, sm_90+)
+#endif
+}
+
+// `matvec_q8p_pick` for raw rows the one-round prologue takes (see Q8S_QUAD): the same bits.
+extern "C" __global__ void __launch_bounds__(MVB_MAX_WARPS * WARP, 1)
+    matvec_q8s_pick_quad(float* y, const u8* w, const u8* acts, long long meta, int n_out, int k, const float* x,
+                         const float* nw, float eps, i32* pick, float* partial_v, int* partial_i,
+                         unsigned int* done) {
+    PDL_WAITS_INSIDE();
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+    const mv_segs sg{w, nullptr, nullptr, y, nullptr, nullptr, nullptr, nullptr, nullptr, n_out, n_out, n_out};
+    matvec_q8s<1, true, Q8S_QUAD>(sg, acts, meta, k, nullptr, 1, Q8P_PIECES * Q8S_GROUP_BYTES, x, nw, eps, pick,
+                                  partial_v, partial_i, done);
+#else
+    PDL_WAIT();  // sm_80: never launched
 #endif
 }

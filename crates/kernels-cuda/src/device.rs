@@ -32,9 +32,6 @@ pub struct CudaDevice {
     /// One zeroed u32 that multi-block reductions count finished blocks in (each launch leaves
     /// it at zero again).
     block_counter: std::sync::OnceLock<DeviceBuffer<u32>>,
-    /// Two zeroed u32 for the split-copy kernel's row pool (a claim counter and a count of
-    /// finished blocks; each launch leaves both at zero again).
-    row_pool: std::sync::OnceLock<DeviceBuffer<u32>>,
     /// Whether this GPU and driver can take programmatic dependent launches (crate::launch).
     pdl_supported: bool,
     /// Whether launches use them now (`SYNAPTIX_NO_PDL` unset at creation, or `set_pdl`).
@@ -107,7 +104,6 @@ impl CudaDevice {
             prep,
             compile_seconds: Mutex::new(0.0),
             block_counter: std::sync::OnceLock::new(),
-            row_pool: std::sync::OnceLock::new(),
             pdl_supported,
             pdl: AtomicBool::new(pdl),
         })
@@ -223,15 +219,6 @@ impl CudaDevice {
         }
         let zeroed = self.zeros(1)?;
         Ok(self.block_counter.get_or_init(|| zeroed))
-    }
-
-    /// The split-copy kernel's row pool counters (see the field), created zeroed on first use.
-    pub fn row_pool(&self) -> Result<&DeviceBuffer<u32>> {
-        if let Some(c) = self.row_pool.get() {
-            return Ok(c);
-        }
-        let zeroed = self.zeros(2)?;
-        Ok(self.row_pool.get_or_init(|| zeroed))
     }
 
     pub fn synchronize(&self) -> Result<()> {

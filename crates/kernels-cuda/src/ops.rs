@@ -2414,9 +2414,8 @@ fn short_norm_max_cols() -> usize {
     })
 }
 
-/// Where `matvec_q8s_bulk` takes its activation row from: quantized already, the raw row that
-/// each block normalises (RMSNorm) and quantizes itself, or gate and up rows whose gated
-/// activation each block computes and quantizes itself.
+/// Where `matvec_q8s_bulk` takes its activation row from: quantized already, or the raw row
+/// that each block normalises (RMSNorm) and quantizes itself.
 #[derive(Clone, Copy)]
 enum Q8sActs<'a> {
     Quantized(&'a DeviceActs),
@@ -2425,48 +2424,6 @@ enum Q8sActs<'a> {
         weight: &'a DeviceBuffer<f32>,
         eps: f32,
     },
-    Glu {
-        gate: &'a DeviceBuffer<f32>,
-        up: &'a DeviceBuffer<f32>,
-        kind: Glu,
-        table: Option<&'a DeviceBuffer<u16>>,
-    },
-}
-
-/// `y = (act(gate) * up) · Wᵀ (+ residual)` for one row against a Q8_0 matrix with a split copy
-/// (a down projection), the activation computed and quantized inside the product's launch
-/// (`matvec_q8s_ext`): bit for bit [`glu`], the activation's Q8_0 quantization, then the
-/// product, with no activation launch. Returns false, launching nothing, where that kernel does
-/// not apply (no split copy, a GeGLU without its table).
-#[allow(clippy::too_many_arguments)]
-pub fn glu_matvec_q8s(
-    dev: &CudaDevice,
-    y: &mut DeviceBuffer<f32>,
-    w: &DeviceMatrix,
-    gate: &DeviceBuffer<f32>,
-    up: &DeviceBuffer<f32>,
-    kind: Glu,
-    table: Option<&DeviceBuffer<u16>>,
-    residual: Option<&DeviceBuffer<f32>>,
-) -> Result<bool> {
-    if w.split.is_none()
-        || (kind == Glu::GeluTanh && table.is_none_or(|t| t.len() <= u16::MAX as usize))
-    {
-        return Ok(false);
-    }
-    check_matvec(w, y.len(), 1)?;
-    let epi = Epilogue {
-        bias: None,
-        residual,
-    };
-    epi.check(w.rows, y.len())?;
-    let acts = Q8sActs::Glu {
-        gate,
-        up,
-        kind,
-        table,
-    };
-    matvec_q8s(dev, y, w, acts, epi, &mut [])
 }
 
 /// Whether one activation row against `w` can take `matvec_q8s_bulk` (it has a split copy).
@@ -2537,7 +2494,14 @@ pub fn rms_norm_matvec_pick(
     })?;
     let warps = shape.warps;
     let shared = q8s_shared_bytes(k, shape);
-    let f = dev.function("matvec", "matvec_q8p_pick")?;
+    let f = dev.function(
+        "matvec",
+        if q8s_quad_takes(k, warps * 32) {
+            "matvec_q8s_pick_quad"
+        } else {
+            "matvec_q8p_pick"
+        },
+    )?;
     if shared > dev.max_shared_memory(&f)? {
         return Ok(false);
     }
@@ -2623,6 +2587,18 @@ fn q8s_shape() -> Q8sShape {
     })
 }
 
+/// Raw rows longer than this (and of at most four values a thread) take the split-copy kernels'
+/// one-round prologue, `matvec_q8s_quad` / `matvec_q8s_pick_quad` (kernels/matvec.cu, Q8S_QUAD).
+/// H200, tg128 7B Q8_0 (3584): 356.7 → 366.6; 1.5B's 1536 (20 of 32 warps idle) measured 813
+/// against 817 with the rounds, so shorter rows keep them.
+const Q8S_QUAD_MIN_K: usize = 2048;
+
+/// Whether a raw row of k values, normalised by a block of `threads`, takes the one-round
+/// prologue (the kernel checks the same and otherwise runs the rounds).
+fn q8s_quad_takes(k: usize, threads: usize) -> bool {
+    k > Q8S_QUAD_MIN_K && k <= 4 * threads
+}
+
 /// Warps per block of a ring of whole rows (`q8s_whole`).
 const Q8S_WHOLE_WARPS: usize = 16;
 
@@ -2649,63 +2625,6 @@ fn q8s_whole() -> Q8sWhole {
     })
 }
 
-/// `SYNAPTIX_Q8S_FEW=S` (an experiment, unset by default): launches of the configured ring whose
-/// busiest warps stream at most four copies (7B's Q/K/V: 4,608 rows, 35 a block of 32 warps, two
-/// rows of two copies; 7B's O: one row of two copies) keep S copies in flight a warp instead of
-/// one, so that those warps wait for fewer round trips (O's whole matrix requested before the
-/// PDL wait at S = 2).
-fn q8s_few_stages() -> Option<usize> {
-    static STAGES: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *STAGES.get_or_init(|| {
-        std::env::var("SYNAPTIX_Q8S_FEW")
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .filter(|&n| (1..=4).contains(&n))
-    })
-}
-
-/// Ring copies a warp the row pool's kernel form takes at most (kernels/matvec.cu).
-const Q8S_POOL_STAGES: usize = 4;
-
-/// `SYNAPTIX_Q8S_POOL=P` (an experiment, unset by default): split-copy launches of at least three
-/// rows a warp deal P% of their rows (1-50, the last ones) from a pool that warps done with their
-/// own rows claim one row at a time (`matvec_q8s_ext`), instead of dealing every row to the
-/// blocks' ranges: the twenty-fourth pass's timelines put 7B's gate/up blocks' ends 3.6 µs
-/// apart (a random spread, not the same slow SMs each launch).
-fn q8s_pool_percent() -> Option<usize> {
-    static PERCENT: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    match Q8S_POOL_SET.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => *PERCENT.get_or_init(|| {
-            std::env::var("SYNAPTIX_Q8S_POOL")
-                .ok()
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .filter(|&p| (1..=50).contains(&p))
-        }),
-        p if p <= 50 => Some(p),
-        _ => None,
-    }
-}
-
-/// Whether a split-copy launch of `rows` rows on `sms` SMs with ring `shape` may take the row
-/// pool: at least three rows a warp, and a ring the pool's kernel form holds.
-fn q8s_pool_eligible(rows: usize, sms: usize, shape: Q8sShape) -> bool {
-    let blocks = rows.min(sms * (16 / shape.warps).max(1)).max(1);
-    shape.stages <= Q8S_POOL_STAGES && rows.div_ceil(blocks) >= 3 * shape.warps
-}
-
-/// Set by [`set_q8s_pool_percent`]: 0 the environment's choice, 1-50 that share, more none.
-static Q8S_POOL_SET: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// Overrides `SYNAPTIX_Q8S_POOL` for the launches that follow (tests and benchmarks): `Some(P)`
-/// with P in 1-50 deals P% of the rows of eligible split-copy launches from the pool, `None`
-/// none. Results are the same either way.
-pub fn set_q8s_pool_percent(percent: Option<usize>) {
-    let v = percent
-        .filter(|p| (1..=50).contains(p))
-        .unwrap_or(usize::MAX);
-    Q8S_POOL_SET.store(v, std::sync::atomic::Ordering::Relaxed);
-}
-
 /// One activation row against Q8_0 weights (and up to two more Q8_0 matrices of the same row
 /// length, `more`) through `matvec_q8s_bulk`, from the matrices' split copies: the CPU's bits,
 /// as the other Q8_0 kernels. Returns false, launching nothing, where a matrix has no split
@@ -2725,7 +2644,6 @@ fn matvec_q8s(
     let acts_fit = match acts {
         Q8sActs::Quantized(a) => a.rows == 1 && a.cols == k && a.dtype == DType::Q8_0,
         Q8sActs::Norm { x, weight, .. } => x.len() == k && weight.len() == k,
-        Q8sActs::Glu { gate, up, .. } => gate.len() == k && up.len() == k && more.is_empty(),
     };
     if !acts_fit
         || more
@@ -2737,15 +2655,11 @@ fn matvec_q8s(
     let shape = q8s_shape();
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
     let shared_of = |s: Q8sShape| q8s_shared_bytes(k, s);
-    // The experiments' kernel where one is asked for (the pool: launches of at least three rows
-    // a warp of the configured ring); the default kernel otherwise.
-    let glu = matches!(acts, Q8sActs::Glu { .. });
-    let pool_share = q8s_pool_percent().filter(|_| q8s_pool_eligible(rows, sm_count(dev), shape));
-    let ext = glu || pool_share.is_some();
+    let quad = matches!(acts, Q8sActs::Norm { .. }) && q8s_quad_takes(k, shape.warps * 32);
     let f = dev.function(
         "matvec",
-        if ext {
-            "matvec_q8s_ext"
+        if quad {
+            "matvec_q8s_quad"
         } else {
             "matvec_q8s_bulk"
         },
@@ -2758,12 +2672,11 @@ fn matvec_q8s(
     let whole = {
         let warps = Q8S_WHOLE_WARPS.min(shape.warps);
         let rows_per_warp = rows.div_ceil(blocks_of(shape)).div_ceil(warps);
-        let wanted = pool_share.is_none()
-            && match whole_rule {
-                Q8sWhole::Never => false,
-                Q8sWhole::OneRowPerWarp => rows_per_warp <= 1,
-                Q8sWhole::WhereItFits => true,
-            };
+        let wanted = match whole_rule {
+            Q8sWhole::Never => false,
+            Q8sWhole::OneRowPerWarp => rows_per_warp <= 1,
+            Q8sWhole::WhereItFits => true,
+        };
         wanted.then_some(Q8sShape {
             stages: rows_per_warp.max(1),
             groups: (k / 32).div_ceil(Q8S_GROUP_BLOCKS),
@@ -2779,11 +2692,6 @@ fn matvec_q8s(
         _ => {
             // A ring too large for this row length gives up stages, then groups.
             let mut s = shape;
-            let rows_per_warp = rows.div_ceil(blocks_of(shape)).div_ceil(shape.warps);
-            let copies_per_row = q8s_row_bytes(k).div_ceil(shape.groups * Q8S_GROUP_BYTES);
-            if let Some(few) = q8s_few_stages().filter(|_| rows_per_warp * copies_per_row <= 4) {
-                s.stages = few;
-            }
             while shared_of(s) > max_shared && (s.stages > 1 || s.groups > 1) {
                 if s.stages > 1 {
                     s.stages -= 1;
@@ -2811,14 +2719,6 @@ fn matvec_q8s(
     let (quantized, meta, x, norm, eps) = match acts {
         Q8sActs::Quantized(a) => (Some(&a.buf), a.meta_offset as i64, None, None, 0.0f32),
         Q8sActs::Norm { x, weight, eps } => (None, 0, Some(x), Some(weight), eps),
-        Q8sActs::Glu { gate, .. } => (None, 0, Some(gate), None, 0.0),
-    };
-    // The gated activation's up row, its kind (0 SwiGLU, 1 GeGLU) and GeGLU's table.
-    let (glu_up, glu_kind, glu_table) = match acts {
-        Q8sActs::Glu {
-            up, kind, table, ..
-        } => (Some(up), i32::from(kind == Glu::GeluTanh), table),
-        _ => (None, 0, None),
     };
     let mut l = Launch::new(dev, &f);
     l.arg(y)
@@ -2832,19 +2732,6 @@ fn matvec_q8s(
     epilogue_args(&mut l, &epi);
     segment_args_of(&mut l, w.rows, more, |m| m.split.as_ref())?;
     l.arg(x).arg(norm).arg(eps);
-    if ext {
-        // Rows from n_static on make the pool (none without one: n_static = rows).
-        let n_static = rows - pool_share.map_or(0, |p| rows * p / 100);
-        let pool = match pool_share {
-            Some(_) => Some(dev.row_pool()?),
-            None => None,
-        };
-        l.arg(glu_up)
-            .arg(glu_kind)
-            .arg(glu_table)
-            .arg(pool)
-            .arg(i32_arg("matvec", "rows", n_static)?);
-    }
     // SAFETY: each block copies whole rows of the launch's split copies (`q8s_row_bytes(k)` per
     // row, pieces of 16-byte multiples) into its own shared memory, which `shared` covers (the
     // ring, the activation row's quants and scales, the barriers, the terms); it reads one
@@ -2950,23 +2837,17 @@ pub fn argmax(dev: &CudaDevice, x: &DeviceBuffer<f32>, out: &mut DeviceBuffer<i3
 mod q8s_rule_tests {
     use super::*;
 
-    /// The row pool's rule on the H200 (132 SMs, the default ring of 32 warps): 7B's and 1.5B's
-    /// gate/up and gpu_parity's pool cases (2 × 13,000 rows, 151,936 rows) take it; 7B's
-    /// Q/K/V, O and down, gpu_parity's 8,000-row case and deeper rings than the kernel holds do not.
+    /// The one-round prologue's rule: 7B's 3584 and rows up to four values a thread of the
+    /// default block (32 warps) take it; 1.5B's 1536, rows past 4096 and blocks too small for
+    /// the row do not.
     #[test]
-    fn row_pool_eligibility() {
-        let ring = Q8sShape {
-            stages: 1,
-            groups: 4,
-            warps: 32,
-        };
-        for rows in [37888, 17920, 26000, 151936] {
-            assert!(q8s_pool_eligible(rows, 132, ring), "{rows} rows");
+    fn quad_prologue_rows() {
+        for k in [2080, 3584, 4096] {
+            assert!(q8s_quad_takes(k, 1024), "{k} values");
         }
-        for rows in [4608, 3584, 8000, 0] {
-            assert!(!q8s_pool_eligible(rows, 132, ring), "{rows} rows");
+        for k in [896, 1536, 2048, 4128, 8960, 18944] {
+            assert!(!q8s_quad_takes(k, 1024), "{k} values");
         }
-        let deep = Q8sShape { stages: 5, ..ring };
-        assert!(!q8s_pool_eligible(37888, 132, deep));
+        assert!(!q8s_quad_takes(3584, 512));
     }
 }

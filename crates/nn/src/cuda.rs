@@ -267,28 +267,6 @@ fn bulk_prologue(which: &str) -> bool {
     matches!(mode.as_str(), "1" | "all") || mode == which
 }
 
-/// `ops::glu_matvec` and `ops::glu_matvec_q8s`: y = act(gate) · up times Wᵀ plus the residual in
-/// one launch, or false where the kernel does not apply.
-type GluMatvec = fn(
-    &CudaDevice,
-    &mut DeviceBuffer<f32>,
-    &DeviceMatrix,
-    &DeviceBuffer<f32>,
-    &DeviceBuffer<f32>,
-    ops::Glu,
-    Option<&DeviceBuffer<u16>>,
-    Option<&DeviceBuffer<f32>>,
-) -> std::result::Result<bool, synaptix_kernels_cuda::CudaError>;
-
-/// Whether the Q8_0 split-copy kernel computes the MLP activation inside the down projection's
-/// launch (`SYNAPTIX_Q8S_GLU=1`; an experiment, off until measured): one launch less a layer,
-/// but every block reads the gate and up rows (8 bytes a column) before its first product, as
-/// the F16 kernel's `glu` prologue does (measured even or slower there).
-fn q8s_glu() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("SYNAPTIX_Q8S_GLU").as_deref() == Ok("1"))
-}
-
 /// Whether the MLP activation is fused with a Q8_K quantization (`SYNAPTIX_GLU_Q8K=0`: no, for
 /// comparisons). The fused kernel computes each 256-value block with a thread block of 256
 /// threads; its first form, one warp per block computing 8 values per lane, measured slower
@@ -764,33 +742,21 @@ impl Backend for CudaBackend {
             && gate.cols == w.cols
             && residual.rows == 1
             && residual.cols == w.rows;
-        // The kernels that compute the activation inside the product: F16 / BF16 bulk copies,
-        // Q8_0 split copies; each returns false where it does not apply.
-        let inside: [(bool, GluMatvec); 2] = [
-            (bulk_prologue("glu"), ops::glu_matvec),
-            (q8s_glu(), ops::glu_matvec_q8s),
-        ];
-        if !fusion_disabled() && shapes_fit {
-            for (on, glu_matvec) in inside {
-                if !on {
-                    continue;
-                }
-                let (kind, table) = self.glu_kind(act)?;
-                let mut y = self.tensor(1, w.rows)?;
-                let (gate, up) = (&gate.buf, &up.buf);
-                if glu_matvec(
-                    &self.device,
-                    &mut y.buf,
-                    w,
-                    gate,
-                    up,
-                    kind,
-                    table,
-                    Some(&residual.buf),
-                )? {
-                    *residual = y;
-                    return Ok(());
-                }
+        if !fusion_disabled() && bulk_prologue("glu") && shapes_fit {
+            let (kind, table) = self.glu_kind(act)?;
+            let mut y = self.tensor(1, w.rows)?;
+            if ops::glu_matvec(
+                &self.device,
+                &mut y.buf,
+                w,
+                &gate.buf,
+                &up.buf,
+                kind,
+                table,
+                Some(&residual.buf),
+            )? {
+                *residual = y;
+                return Ok(());
             }
         }
         let h = self.glu_for(gate, up, act, w)?;
