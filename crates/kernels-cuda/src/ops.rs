@@ -2599,6 +2599,28 @@ fn q8s_quad_takes(k: usize, threads: usize) -> bool {
     k > Q8S_QUAD_MIN_K && k <= 4 * threads
 }
 
+/// Which split-copy launches take `matvec_q8s_quad` (an A/B switch, `SYNAPTIX_Q8S_QUAD_KERNEL`):
+/// the raw rows its prologue takes (`norm`, the default), every launch of rows longer than
+/// Q8S_QUAD_MIN_K (`long`: 7B's O and down too), or all (`all`: the kernel of the twenty-fourth
+/// pass). The same bits either way.
+#[derive(Clone, Copy)]
+enum QuadKernel {
+    NormRows,
+    LongRows,
+    All,
+}
+
+fn q8s_quad_kernel() -> QuadKernel {
+    static RULE: std::sync::OnceLock<QuadKernel> = std::sync::OnceLock::new();
+    *RULE.get_or_init(
+        || match std::env::var("SYNAPTIX_Q8S_QUAD_KERNEL").as_deref() {
+            Ok("long") => QuadKernel::LongRows,
+            Ok("all") => QuadKernel::All,
+            _ => QuadKernel::NormRows,
+        },
+    )
+}
+
 /// Warps per block of a ring of whole rows (`q8s_whole`).
 const Q8S_WHOLE_WARPS: usize = 16;
 
@@ -2655,7 +2677,13 @@ fn matvec_q8s(
     let shape = q8s_shape();
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
     let shared_of = |s: Q8sShape| q8s_shared_bytes(k, s);
-    let quad = matches!(acts, Q8sActs::Norm { .. }) && q8s_quad_takes(k, shape.warps * 32);
+    let quad = match q8s_quad_kernel() {
+        QuadKernel::NormRows => {
+            matches!(acts, Q8sActs::Norm { .. }) && q8s_quad_takes(k, shape.warps * 32)
+        }
+        QuadKernel::LongRows => k > Q8S_QUAD_MIN_K,
+        QuadKernel::All => true,
+    };
     let f = dev.function(
         "matvec",
         if quad {
