@@ -2600,14 +2600,13 @@ fn q8s_quad_takes(k: usize, threads: usize) -> bool {
 }
 
 /// Which split-copy launches take `matvec_q8s_quad` (an A/B switch, `SYNAPTIX_Q8S_QUAD_KERNEL`):
-/// the raw rows its prologue takes (`norm`, the default), every launch of rows longer than
-/// Q8S_QUAD_MIN_K (`long`: 7B's O and down too), or all (`all`: the kernel of the twenty-fourth
-/// pass). The same bits either way.
+/// the raw rows its prologue takes (`norm`, the default) or every launch of rows longer than
+/// Q8S_QUAD_MIN_K (`long`: 7B's O and down too, which ran faster in the twenty-fourth pass's
+/// kernel holding both prologues). The same bits either way.
 #[derive(Clone, Copy)]
 enum QuadKernel {
     NormRows,
     LongRows,
-    All,
 }
 
 fn q8s_quad_kernel() -> QuadKernel {
@@ -2615,7 +2614,6 @@ fn q8s_quad_kernel() -> QuadKernel {
     *RULE.get_or_init(
         || match std::env::var("SYNAPTIX_Q8S_QUAD_KERNEL").as_deref() {
             Ok("long") => QuadKernel::LongRows,
-            Ok("all") => QuadKernel::All,
             _ => QuadKernel::NormRows,
         },
     )
@@ -2682,7 +2680,6 @@ fn matvec_q8s(
             matches!(acts, Q8sActs::Norm { .. }) && q8s_quad_takes(k, shape.warps * 32)
         }
         QuadKernel::LongRows => k > Q8S_QUAD_MIN_K,
-        QuadKernel::All => true,
     };
     let f = dev.function(
         "matvec",
