@@ -2599,24 +2599,16 @@ fn q8s_quad_takes(k: usize, threads: usize) -> bool {
     k > Q8S_QUAD_MIN_K && k <= 4 * threads
 }
 
-/// Which split-copy launches take `matvec_q8s_quad` (an A/B switch, `SYNAPTIX_Q8S_QUAD_KERNEL`):
-/// the raw rows its prologue takes (`norm`, the default) or every launch of rows longer than
-/// Q8S_QUAD_MIN_K (`long`: 7B's O and down too, which ran faster in the twenty-fourth pass's
-/// kernel holding both prologues). The same bits either way.
-#[derive(Clone, Copy)]
-enum QuadKernel {
-    NormRows,
-    LongRows,
-}
-
-fn q8s_quad_kernel() -> QuadKernel {
-    static RULE: std::sync::OnceLock<QuadKernel> = std::sync::OnceLock::new();
-    *RULE.get_or_init(
-        || match std::env::var("SYNAPTIX_Q8S_QUAD_KERNEL").as_deref() {
-            Ok("long") => QuadKernel::LongRows,
-            _ => QuadKernel::NormRows,
-        },
-    )
+/// Which split-copy launches take `matvec_q8s_quad` besides the raw rows its prologue takes
+/// (an A/B switch, `SYNAPTIX_Q8S_QUAD_KERNEL=A-B`): those of rows of A to B values. None by
+/// default. The same bits either way.
+fn q8s_quad_kernel_range() -> Option<(usize, usize)> {
+    static RANGE: std::sync::OnceLock<Option<(usize, usize)>> = std::sync::OnceLock::new();
+    *RANGE.get_or_init(|| {
+        let v = std::env::var("SYNAPTIX_Q8S_QUAD_KERNEL").ok()?;
+        let (a, b) = v.split_once('-')?;
+        Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
+    })
 }
 
 /// Warps per block of a ring of whole rows (`q8s_whole`).
@@ -2675,12 +2667,8 @@ fn matvec_q8s(
     let shape = q8s_shape();
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
     let shared_of = |s: Q8sShape| q8s_shared_bytes(k, s);
-    let quad = match q8s_quad_kernel() {
-        QuadKernel::NormRows => {
-            matches!(acts, Q8sActs::Norm { .. }) && q8s_quad_takes(k, shape.warps * 32)
-        }
-        QuadKernel::LongRows => k > Q8S_QUAD_MIN_K,
-    };
+    let quad = (matches!(acts, Q8sActs::Norm { .. }) && q8s_quad_takes(k, shape.warps * 32))
+        || q8s_quad_kernel_range().is_some_and(|(a, b)| (a..=b).contains(&k));
     let f = dev.function(
         "matvec",
         if quad {
