@@ -2574,8 +2574,9 @@ MATVEC_BULK(bf16, 2)
 // 1: `matvec_q8s_quad` (the host's pick for raw rows of 2049 to 4096 values: 7B's Q/K/V and
 // gate/up) normalises and quantizes the row in one round, eight threads a block
 // (`quantize_q8_32_quad`); 0: that kernel takes Q8S_ONE_LOAD's rounds too. The one-round code
-// lives in a kernel of its own because its mere presence in `matvec_q8s_bulk` slowed the launches
-// that never take it (1.5B Q8_0 817 → 771 t/s).
+// lives in a kernel of its own because its presence in `matvec_q8s_bulk` slowed launches that
+// never take it (1.5B Q8_0 817 → 771 t/s, its down projection); the host also sends the
+// quantized rows that ran faster in it (7B's O and down) to this kernel (ops.rs).
 #ifndef Q8S_QUAD
 #define Q8S_QUAD 1
 #endif

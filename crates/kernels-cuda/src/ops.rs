@@ -2599,16 +2599,43 @@ fn q8s_quad_takes(k: usize, threads: usize) -> bool {
     k > Q8S_QUAD_MIN_K && k <= 4 * threads
 }
 
-/// Which split-copy launches take `matvec_q8s_quad` besides the raw rows its prologue takes
-/// (an A/B switch, `SYNAPTIX_Q8S_QUAD_KERNEL=A-B`): those of rows of A to B values. None by
-/// default. The same bits either way.
-fn q8s_quad_kernel_range() -> Option<(usize, usize)> {
-    static RANGE: std::sync::OnceLock<Option<(usize, usize)>> = std::sync::OnceLock::new();
-    *RANGE.get_or_init(|| {
+/// Launches of already-quantized rows that take `matvec_q8s_quad` too (its prologue then does
+/// what `matvec_q8s_bulk`'s does), by row length: the two kernels differ only in the code the
+/// compiler makes of the same loop, and on the H200 each ran some launches faster. tg128 7B
+/// Q8_0 (O 3584, down 18944), the bulk kernel → the quad kernel for O: 362.5 → 363.7, for down:
+/// 362.5 → 366.3, for both: 362.5 → 370.5; 1.5B Q8_0's down (8960): 810.0 → 774.6 (the
+/// twenty-fourth pass's single kernel held both prologues and read 771); 0.5B's down (4864): even.
+const Q8S_QUAD_QUANTIZED_ROWS: [(usize, usize); 2] = [(2049, 4096), (10000, usize::MAX)];
+
+/// `SYNAPTIX_Q8S_QUAD_KERNEL=A-B` (an A/B switch): launches of quantized rows of A to B values
+/// take the quad kernel instead of those of Q8S_QUAD_QUANTIZED_ROWS; `none`: none of them.
+fn q8s_quad_quantized_rows() -> &'static [(usize, usize)] {
+    static RANGE: std::sync::OnceLock<Option<Vec<(usize, usize)>>> = std::sync::OnceLock::new();
+    let set = RANGE.get_or_init(|| {
         let v = std::env::var("SYNAPTIX_Q8S_QUAD_KERNEL").ok()?;
+        if v == "none" {
+            return Some(Vec::new());
+        }
         let (a, b) = v.split_once('-')?;
-        Some((a.trim().parse().ok()?, b.trim().parse().ok()?))
-    })
+        Some(vec![(a.trim().parse().ok()?, b.trim().parse().ok()?)])
+    });
+    set.as_deref().unwrap_or(&Q8S_QUAD_QUANTIZED_ROWS)
+}
+
+/// Whether a split-copy launch of rows of k values, with blocks of `threads`, takes
+/// `matvec_q8s_quad`: raw rows its one-round prologue takes, and quantized rows of the lengths
+/// `quantized_rows` lists.
+fn q8s_quad_kernel(
+    k: usize,
+    threads: usize,
+    raw_row: bool,
+    quantized_rows: &[(usize, usize)],
+) -> bool {
+    if raw_row {
+        q8s_quad_takes(k, threads)
+    } else {
+        quantized_rows.iter().any(|&(a, b)| (a..=b).contains(&k))
+    }
 }
 
 /// Warps per block of a ring of whole rows (`q8s_whole`).
@@ -2667,8 +2694,12 @@ fn matvec_q8s(
     let shape = q8s_shape();
     let rows = w.rows + more.iter().map(|p| p.w.rows).sum::<usize>();
     let shared_of = |s: Q8sShape| q8s_shared_bytes(k, s);
-    let quad = (matches!(acts, Q8sActs::Norm { .. }) && q8s_quad_takes(k, shape.warps * 32))
-        || q8s_quad_kernel_range().is_some_and(|(a, b)| (a..=b).contains(&k));
+    let quad = q8s_quad_kernel(
+        k,
+        shape.warps * 32,
+        matches!(acts, Q8sActs::Norm { .. }),
+        q8s_quad_quantized_rows(),
+    );
     let f = dev.function(
         "matvec",
         if quad {
@@ -2862,5 +2893,32 @@ mod q8s_rule_tests {
             assert!(!q8s_quad_takes(k, 1024), "{k} values");
         }
         assert!(!q8s_quad_takes(3584, 512));
+    }
+
+    /// Which launches take the quad kernel by default: Qwen2.5 7B's all (raw Q/K/V and gate/up
+    /// rows of 3584, O of 3584 and down of 18944 quantized), 1.5B's and 0.5B's none (raw rows of
+    /// 1536 and 896; O of 1536 and 896, down of 8960 and 4864).
+    #[test]
+    fn quad_kernel_launches() {
+        let rows = &Q8S_QUAD_QUANTIZED_ROWS;
+        assert!(q8s_quad_kernel(3584, 1024, true, rows));
+        assert!(q8s_quad_kernel(3584, 1024, false, rows));
+        assert!(q8s_quad_kernel(18944, 1024, false, rows));
+        for (k, raw) in [
+            (1536, true),
+            (896, true),
+            (1536, false),
+            (896, false),
+            (8960, false),
+            (4864, false),
+        ] {
+            assert!(
+                !q8s_quad_kernel(k, 1024, raw, rows),
+                "{k} values, raw {raw}"
+            );
+        }
+        // A raw row too long for the prologue keeps the bulk kernel.
+        assert!(!q8s_quad_kernel(18944, 1024, true, rows));
+        assert!(!q8s_quad_kernel(3584, 1024, false, &[]));
     }
 }
