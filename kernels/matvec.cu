@@ -949,11 +949,6 @@ MATVEC_Q8_SHORT(q8_0, mv_q8_0)
 // before the PDL wait; the host gives a block at most MV_WARPS · SN_ROWS / NBL rows
 // (`rows_per_block`). k <= 1024 · NBL, k % 32 == 0. Grid: ceil(n_out / rows_per_block).
 #define SN_ROWS 4
-// 1: warps wholly past the row skip the quantization of zeros (built in the twenty-fourth pass,
-// not yet measured; the split-copy kernel's prologue gained from the same skip).
-#ifndef SN_SKIP_IDLE
-#define SN_SKIP_IDLE 0
-#endif
 template <typename F, bool Q81, int NBL>
 __device__ void matvec_q8_short_norm(const mv_segs sg, const float* __restrict__ x,
                                      const float* __restrict__ nw, float eps, int k,
@@ -1003,9 +998,6 @@ __device__ void matvec_q8_short_norm(const mv_segs sg, const float* __restrict__
 #pragma unroll
     for (int h = 0; h < NBL; ++h) {
         const int i = t + 256 * h;  // float4 index
-        // A warp wholly past the row skips its part (its divisions of zeros would take the slow
-        // path and hold the block's barrier).
-        if (SN_SKIP_IDLE && (t & ~(WARP - 1)) + 256 * h >= k / 4) continue;  // warp-uniform
         float4 u = v[h];
         u = make_float4(__fmul_rn(__fmul_rn(u.x, scale), g[h].x), __fmul_rn(__fmul_rn(u.y, scale), g[h].y),
                         __fmul_rn(__fmul_rn(u.z, scale), g[h].z), __fmul_rn(__fmul_rn(u.w, scale), g[h].w));
