@@ -182,6 +182,14 @@ __device__ __forceinline__ bool is_short(const DecodeRange& r, int short_max) {
 // since it was written), so qh is not read. Returns, in thread t < hd, the output it wrote to
 // out_h[t] (0 in the other threads). HD: the head dimension as a compile-time constant (the
 // index arithmetic then shifts instead of dividing), or 0 for hd_in's.
+#if defined(KTRACE)
+// attention_short's phase marks (thread 0, global timer): scores, softmax, P·V, reduction done.
+__shared__ unsigned long long attn_short_marks[4];
+#define ATTN_MARK(i) \
+    if (threadIdx.x == 0) attn_short_marks[i] = ktrace_now()
+#else
+#define ATTN_MARK(i)
+#endif
 template <bool STAGED, int HD = 0>
 __device__ float attention_short(float* out_h, const float* qh, const u16* k, const u16* v, const i32* table,
                                  int kvh, int n_kv_heads, int hd_in, float scale, int first, int p, float* smem,
@@ -229,6 +237,7 @@ __device__ float attention_short(float* out_h, const float* qh, const u16* k, co
         }
     }
     __syncthreads();
+    ATTN_MARK(0);
     float mx = -INFINITY;
     for (int i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, s[i]);
     mx = block_max(mx);
@@ -247,6 +256,7 @@ __device__ float attention_short(float* out_h, const float* qh, const u16* k, co
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += blockDim.x) s[i] = f16_to_f32(f32_to_f16(__fmul_rn(s[i], inv)));
     __syncthreads();
+    ATTN_MARK(1);
     // P·V: thread (slot, sub) sums d0 .. d0 + 7 over positions first + slot, + slots, ... in f64;
     // the slots are then added in order.
     double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -272,6 +282,7 @@ __device__ float attention_short(float* out_h, const float* qh, const u16* k, co
 #pragma unroll
     for (int e = 0; e < 8; ++e) red[slot * hd + d0 + e] = acc[e];
     __syncthreads();
+    ATTN_MARK(2);
     float result = 0.0f;
     if (threadIdx.x < hd) {
         double o = red[threadIdx.x];
@@ -279,6 +290,7 @@ __device__ float attention_short(float* out_h, const float* qh, const u16* k, co
         result = (float)o;
         out_h[threadIdx.x] = result;
     }
+    ATTN_MARK(3);
     return result;
 }
 
@@ -1098,6 +1110,11 @@ __device__ __forceinline__ void attention_one_pass(ATTN_ONE_PASS_PARAMS) {
     if (threadIdx.x == 0)
         printf("KT attn %d %d %d %d %llu %llu %llu %llu %llu\n", n_heads, hd, h, p, kt0, kt1, kt2, ktrace_now(),
                ktrace_now());
+    // The phases: "KTA <head> <position> <row ready> <scores> <softmax> <P·V> <reduced>" (the
+    // quantization for the output projection follows, untimed).
+    if (threadIdx.x == 0)
+        printf("KTA %d %d %llu %llu %llu %llu %llu\n", h, p, kt2, attn_short_marks[0], attn_short_marks[1],
+               attn_short_marks[2], attn_short_marks[3]);
 #endif
     if (acts_format == 1 || acts_format == 2) {
         // Q8_0 / Q8_1 blocks of 32 outputs: warp w < hd / 32 holds outputs 32w .. 32w + 31 in

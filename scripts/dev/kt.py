@@ -10,10 +10,21 @@
 # the per-launch phases, not the gaps between launches.
 #   SYNAPTIX_PRINTF_FIFO=536870912 SYNAPTIX_KERNEL_DEFINES=KTRACE \
 #     .dev/bin/synaptix bench M --device cuda -p 0 -n 6 -r 1 > /tmp/kt.txt; python3 scripts/dev/kt.py /tmp/kt.txt
+# Lines "KTA <head> <position> <ready> <scores> <softmax> <P·V> <reduced>" (the one-pass
+# attention's phases) give the mean of each phase over blocks, by position range.
 import sys, collections, signal
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 recs = []
+phases = collections.defaultdict(list)
 for line in open(sys.argv[1], errors="replace"):
+    if line.startswith("KTA "):
+        f = line.split()
+        try:
+            pos, t = int(f[2]), [int(x) for x in f[3:8]]
+        except (ValueError, IndexError):
+            continue
+        phases[min(pos // 32, 3)].append([t[i + 1] - t[i] for i in range(4)])
+        continue
     if not line.startswith("KT "): continue
     f = line.split()
     if len(f) != 11: continue
@@ -59,4 +70,12 @@ for key, v in sorted(agg.items(), key=lambda kv: -sum(x[6] for x in kv[1])):
     rate = q8s_bytes(a, b) / (m[4] * 1000) / 1000 if tag == "q8s" else 0
     tot += sum(x[6] for x in v)
     print("%-28s %5d %5d %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f %7.2f" % (f"{tag} {a}x{b}{'p' if fl else ''}", len(v), v[0][7], m[1], m[0], m[2], m[3], m[4], m[5], m[6], rate))
-print("sum of spans (us)", tot / 1000, "over", len(rows), "launches; first..last", (rows[-1]["d1"] - rows[0]["e0"]) / 1000)
+if rows:
+    print("sum of spans (us)", tot / 1000, "over", len(rows), "launches; first..last", (rows[-1]["d1"] - rows[0]["e0"]) / 1000)
+if phases:
+    print("%-16s %6s %8s %8s %8s %8s  (one-pass attention, mean us a block)" % ("positions", "blocks", "scores", "softmax", "P.V", "reduce"))
+    for b in sorted(phases):
+        v = phases[b]
+        m = [sum(x[i] for x in v) / len(v) / 1000 for i in range(4)]
+        label = f"{32 * b}-{32 * b + 31}" if b < 3 else "96+"
+        print("%-16s %6d %8.2f %8.2f %8.2f %8.2f" % (label, len(v), *m))
