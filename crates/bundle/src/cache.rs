@@ -14,11 +14,13 @@ pub fn models_dir() -> PathBuf {
     cache.join("synaptix").join("models")
 }
 
-/// The cached file of a model `scripts/fetch-models.sh` knows, by its short name.
+/// The cached file (or directory) of a model `scripts/fetch-models.sh` knows, by its short name.
 pub fn known_model_file(name: &str) -> Option<&'static str> {
     match name {
         "gemma3-270m" => Some("gemma-3-270m-q4_k_m.gguf"),
         "qwen2.5-coder-0.5b" => Some("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
+        // A directory: model.bin, config.json, tokenizer.json, vocabulary.txt.
+        "whisper-base" => Some("whisper-base"),
         _ => None,
     }
 }

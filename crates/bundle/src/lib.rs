@@ -2,9 +2,13 @@
 //!
 //! - [`gguf`]: GGUF v2/v3 reader (memory-mapped, strictly validated, zero-copy tensors) and a
 //!   writer used by conversion tools and tests.
+//! - [`ct2`]: CTranslate2 `model.bin` reader (binary versions 5 and 6, memory-mapped, strictly
+//!   validated).
 //! - [`cache`]: where fetched models are cached.
 
 pub mod cache;
+pub mod ct2;
 pub mod gguf;
 
+pub use ct2::{Ct2DType, Ct2Error, Ct2File, Ct2Variable};
 pub use gguf::{GgufError, GgufFile, TensorInfo, Value, ValueType};

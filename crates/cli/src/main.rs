@@ -12,6 +12,7 @@ mod run;
 mod serve;
 mod threads;
 mod tokenize;
+mod transcribe;
 
 use std::process::ExitCode;
 
@@ -50,6 +51,7 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Convert a GGUF file's weight matrices to another type (q8_0, q4_0, f16, ...)
     Quantize(quantize::QuantizeArgs),
+    Transcribe(transcribe::TranscribeArgs),
 }
 
 /// mimalloc instead of the system allocator: a step allocates and frees many large activation
@@ -87,6 +89,7 @@ fn main() -> ExitCode {
         Command::Devices(a) => devices::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Quantize(a) => quantize::run(a),
+        Command::Transcribe(a) => transcribe::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -151,3 +151,59 @@ fn wrong_flags_are_one_line() {
     fails(&["bench", "model.gguf", "-p", "-5"], "-5");
     fails(&["serve", "model.gguf", "--port", "70000"], "70000");
 }
+
+#[test]
+fn transcribe_bad_input() {
+    let s = Scratch::new("transcribe");
+    let nowhere = s.0.join("nowhere");
+    fails(
+        &["transcribe", p(&nowhere), "a.wav"],
+        "not a Whisper model directory",
+    );
+    let empty_dir = s.0.join("empty");
+    std::fs::create_dir_all(&empty_dir).unwrap();
+    fails(
+        &["transcribe", p(&empty_dir), "a.wav"],
+        "model.bin: missing",
+    );
+    fails(
+        &["transcribe", p(&empty_dir), "a.wav", "--device", "cuda"],
+        "runs on the CPU only",
+    );
+    fails(
+        &["transcribe", p(&empty_dir), "a.wav", "--device", "tpu"],
+        "--device tpu",
+    );
+
+    // The rest needs the real model's tokenizer and config.
+    let real = synaptix_bundle::cache::models_dir().join("whisper-base");
+    if !real.join("model.bin").is_file() {
+        eprintln!(
+            "SKIPPED (partly): whisper-base not fetched (scripts/fetch-models.sh whisper-base)"
+        );
+        return;
+    }
+    let fake = s.0.join("fake");
+    std::fs::create_dir_all(&fake).unwrap();
+    for f in ["config.json", "tokenizer.json"] {
+        std::fs::copy(real.join(f), fake.join(f)).unwrap();
+    }
+    std::fs::write(fake.join("model.bin"), b"\x06\0\0\0\x0c\0WhisperSpec\0").unwrap();
+    fails(&["transcribe", p(&fake), "a.wav"], "truncated");
+    std::fs::write(fake.join("model.bin"), b"").unwrap();
+    fails(&["transcribe", p(&fake), "a.wav"], "model.bin");
+
+    fails(
+        &["transcribe", p(&real), "a.wav", "--language", "xx"],
+        "--language xx: not a language of this model",
+    );
+    fails(&["transcribe", p(&real), p(&nowhere)], "nowhere");
+    let text = s.file("text.wav", b"hello, this is not audio at all\n");
+    fails(&["transcribe", p(&real), p(&text)], "not a WAV file");
+    let wav = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/whisper/speech16k.wav"),
+    )
+    .unwrap();
+    let cut = s.file("cut.wav", &wav[..wav.len() / 3]);
+    fails(&["transcribe", p(&real), p(&cut)], "truncated");
+}

@@ -505,3 +505,31 @@ fn chat_rejects_a_broken_template() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `transcribe` on the Whisper fixture: the streamed text and the JSON's text and tokens are
+/// CTranslate2's (tests/fixtures/whisper/goldens.json), the language detected.
+#[test]
+fn transcribe_streams_and_reports_json() {
+    let dir = model("whisper-base");
+    let fixtures = format!(
+        "{}/../../tests/fixtures/whisper",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let g: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{fixtures}/goldens.json")).unwrap())
+            .unwrap();
+    let clip = &g["clips"][0];
+    let wav = format!("{fixtures}/{}", clip["wav"].as_str().unwrap());
+    let out = synaptix(&["transcribe", &dir, &wav, "-t", "2"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("language: en"), "{stderr}");
+    let want = clip["text"].as_str().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), want);
+
+    let j = json_ok(&["transcribe", &dir, &wav, "--language", "en", "--json"]);
+    assert_eq!(j["text"].as_str().unwrap(), want.trim());
+    assert_eq!(j["tokens"], clip["tokens"]);
+    assert_eq!(j["language"], "en");
+    assert_eq!(j["windows"], 1);
+}

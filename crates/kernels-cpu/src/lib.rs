@@ -5,9 +5,12 @@
 //!   with a portable scalar path plus AVX2 and AVX-512 (x86_64) or NEON (aarch64) paths chosen
 //!   at run time.
 //! - [`ops`]: small f32 element-wise and row-wise ops (RMS norm, softmax, activations).
+//! - [`dense`]: f32 ops over whole sequences for encoder-decoder models (LayerNorm, exact GELU,
+//!   products with a bias, 1-D convolution, multi-head attention).
 //! - [`cpu_features`] / [`kernel_path`]: what the CPU offers and which kernel path is in use.
 
 mod cpu;
+pub mod dense;
 pub mod ops;
 pub mod quant;
 mod team;

@@ -7,6 +7,7 @@
 //! | `qwen2` | [`qwen2`] | Qwen2, Qwen2.5 (QKV bias) |
 //! | `qwen3` | [`qwen3`] | Qwen3 dense (QK-norm) |
 //! | `gemma3` | [`gemma3`] | Gemma 3 text (sliding-window and global layers) |
+//! | Whisper (CTranslate2) | [`whisper`] | Whisper speech recognition (encoder-decoder) |
 
 mod decoder;
 pub mod gemma3;
@@ -14,6 +15,7 @@ mod hparams;
 pub mod llama;
 pub mod qwen2;
 pub mod qwen3;
+pub mod whisper;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -35,6 +37,10 @@ pub enum ModelError {
     Gguf(#[from] GgufError),
     #[error(transparent)]
     Nn(#[from] NnError),
+    #[error(transparent)]
+    Ct2(#[from] synaptix_bundle::ct2::Ct2Error),
+    #[error(transparent)]
+    Kernel(#[from] synaptix_core::Error),
     #[error("{path}: unsupported architecture '{arch}' (supported: {})", SUPPORTED_ARCHITECTURES.join(", "))]
     UnsupportedArchitecture { path: String, arch: String },
     #[error("{path}: {problem}")]

@@ -1,0 +1,373 @@
+//! f32 ops over whole sequences for encoder-decoder models (Whisper): LayerNorm with bias, exact
+//! GELU, f32 products with a bias, 1-D convolution and multi-head attention. Activations are
+//! row-major `[rows, features]`; weights `[out, in]` as CTranslate2 and PyTorch store them.
+//! Shapes are checked and mismatches are [`Error::ShapeMismatch`].
+
+use rayon::prelude::*;
+use synaptix_core::{DType, Error, Result};
+
+use crate::quant::{matmul, WeightView};
+
+fn mismatch(op: &'static str, detail: String) -> Error {
+    Error::ShapeMismatch { op, detail }
+}
+
+/// `y[m×n] = x[m×k] · Wᵀ (+ bias)` for an f32 weight `w: [n, k]`, each output the f32 dot of
+/// [`matmul`] (its SIMD order), on the ambient rayon pool.
+pub fn linear_f32(
+    x: &[f32],
+    m: usize,
+    w: &[f32],
+    n: usize,
+    k: usize,
+    bias: Option<&[f32]>,
+) -> Result<Vec<f32>> {
+    const OP: &str = "linear_f32";
+    if w.len() != n * k {
+        return Err(mismatch(
+            OP,
+            format!("weight has {} values, expected {n}×{k}", w.len()),
+        ));
+    }
+    if let Some(b) = bias {
+        if b.len() != n {
+            return Err(mismatch(
+                OP,
+                format!("bias has {} values, expected {n}", b.len()),
+            ));
+        }
+    }
+    let mut y = vec![0f32; m * n];
+    // Viewing f32s as bytes is always valid; x86_64 and aarch64 Linux are little-endian, the
+    // kernels' byte order.
+    let data = unsafe { std::slice::from_raw_parts(w.as_ptr() as *const u8, w.len() * 4) };
+    let view = WeightView {
+        dtype: DType::F32,
+        data,
+        rows: n,
+        cols: k,
+    };
+    matmul(view, x, m, &mut y)?;
+    if let Some(b) = bias {
+        for row in y.chunks_exact_mut(n) {
+            row.iter_mut().zip(b).for_each(|(v, &b)| *v += b);
+        }
+    }
+    Ok(y)
+}
+
+/// LayerNorm of each row of `gamma.len()` values in place: `(x - mean) / sqrt(var + eps) · gamma
+/// + beta`, the mean and the (biased) variance summed in f64.
+pub fn layer_norm_inplace(x: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) -> Result<()> {
+    const OP: &str = "layer_norm";
+    let dim = gamma.len();
+    if dim == 0 || beta.len() != dim || !x.len().is_multiple_of(dim) {
+        return Err(mismatch(
+            OP,
+            format!("{} values, gamma {dim}, beta {}", x.len(), beta.len()),
+        ));
+    }
+    let norm = |row: &mut [f32]| {
+        let mean = row.iter().map(|&v| v as f64).sum::<f64>() / dim as f64;
+        let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / dim as f64;
+        let inv = (1.0 / (var + eps as f64).sqrt()) as f32;
+        let mean = mean as f32;
+        for ((v, &g), &b) in row.iter_mut().zip(gamma).zip(beta) {
+            *v = (*v - mean) * inv * g + b;
+        }
+    };
+    if x.len() >= 64 * dim {
+        x.par_chunks_mut(dim).for_each(norm);
+    } else {
+        x.chunks_mut(dim).for_each(norm);
+    }
+    Ok(())
+}
+
+/// LayerNorm into a new buffer (see [`layer_norm_inplace`]).
+pub fn layer_norm(x: &[f32], gamma: &[f32], beta: &[f32], eps: f32) -> Result<Vec<f32>> {
+    let mut y = x.to_vec();
+    layer_norm_inplace(&mut y, gamma, beta, eps)?;
+    Ok(y)
+}
+
+/// GELU with the exact error function: `0.5 x (1 + erf(x / √2))` (erf in f64).
+#[inline]
+pub fn gelu_erf(x: f32) -> f32 {
+    (0.5 * x as f64 * (1.0 + libm::erf(x as f64 * std::f64::consts::FRAC_1_SQRT_2))) as f32
+}
+
+pub fn gelu_erf_inplace(x: &mut [f32]) {
+    if x.len() >= 1 << 16 {
+        x.par_chunks_mut(1 << 14)
+            .for_each(|c| c.iter_mut().for_each(|v| *v = gelu_erf(*v)));
+    } else {
+        x.iter_mut().for_each(|v| *v = gelu_erf(*v));
+    }
+}
+
+/// 1-D convolution over time: `x: [t_in, c_in]` (time-major), `w: [c_out, c_in, kernel]`, zero
+/// padding `pad` on both sides, `stride`; returns `[t_out, c_out]` with `t_out = (t_in + 2 pad -
+/// kernel) / stride + 1`. Each output row is a dot of the weight row with the window unrolled
+/// as `[c_in][kernel]` (im2col), so the product runs as [`linear_f32`].
+#[allow(clippy::too_many_arguments)]
+pub fn conv1d(
+    x: &[f32],
+    t_in: usize,
+    c_in: usize,
+    w: &[f32],
+    c_out: usize,
+    kernel: usize,
+    bias: Option<&[f32]>,
+    stride: usize,
+    pad: usize,
+) -> Result<(Vec<f32>, usize)> {
+    const OP: &str = "conv1d";
+    if x.len() != t_in * c_in || stride == 0 || kernel == 0 || t_in + 2 * pad < kernel {
+        return Err(mismatch(
+            OP,
+            format!(
+                "x has {} values for {t_in}×{c_in}, kernel {kernel}, stride {stride}",
+                x.len()
+            ),
+        ));
+    }
+    let t_out = (t_in + 2 * pad - kernel) / stride + 1;
+    let cols = c_in * kernel;
+    let mut unrolled = vec![0f32; t_out * cols];
+    unrolled
+        .par_chunks_mut(cols)
+        .enumerate()
+        .for_each(|(t, row)| {
+            for j in 0..kernel {
+                // Input time of tap j: t·stride + j - pad (outside [0, t_in): zero padding).
+                let at = (t * stride + j).checked_sub(pad).filter(|&s| s < t_in);
+                if let Some(s) = at {
+                    let src = &x[s * c_in..(s + 1) * c_in];
+                    for (c, &v) in src.iter().enumerate() {
+                        row[c * kernel + j] = v;
+                    }
+                }
+            }
+        });
+    Ok((linear_f32(&unrolled, t_out, w, c_out, cols, bias)?, t_out))
+}
+
+/// One head's rows `[rows, head_dim]` gathered from `x: [rows, stride]` at column `offset`.
+fn head_of(x: &[f32], rows: usize, stride: usize, offset: usize, head_dim: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(rows * head_dim);
+    for r in 0..rows {
+        out.extend_from_slice(&x[r * stride + offset..r * stride + offset + head_dim]);
+    }
+    out
+}
+
+/// Scaled dot-product attention of `n_heads` heads: `q: [tq, d]`, `k, v: [tk, d]` (d = n_heads ·
+/// head_dim, head h in columns h·head_dim ..), output `[tq, d]`. `causal_past: Some(p)` lets
+/// query row i attend keys 0 ..= p + i (its position in a sequence whose first p keys came from
+/// earlier steps); `None` attends every key. The queries are scaled by `1/√head_dim` before the
+/// product, softmax rows sum in f64.
+pub fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    (tq, tk): (usize, usize),
+    n_heads: usize,
+    causal_past: Option<usize>,
+) -> Result<Vec<f32>> {
+    const OP: &str = "attention";
+    let d = q.len().checked_div(tq).unwrap_or(0);
+    if n_heads == 0
+        || d == 0
+        || !d.is_multiple_of(n_heads)
+        || q.len() != tq * d
+        || k.len() != tk * d
+        || v.len() != tk * d
+    {
+        return Err(mismatch(
+            OP,
+            format!(
+                "q {} values ({tq} rows), k {}, v {} ({tk} rows), {n_heads} heads",
+                q.len(),
+                k.len(),
+                v.len()
+            ),
+        ));
+    }
+    let hd = d / n_heads;
+    let scale = 1.0 / (hd as f32).sqrt();
+    let heads: Vec<Result<Vec<f32>>> = (0..n_heads)
+        .into_par_iter()
+        .map(|h| {
+            let mut qh = head_of(q, tq, d, h * hd, hd);
+            qh.iter_mut().for_each(|x| *x *= scale);
+            let kh = head_of(k, tk, d, h * hd, hd);
+            // Vᵀ of the head: [hd, tk], the weight of the P·V product.
+            let mut vt = vec![0f32; hd * tk];
+            for t in 0..tk {
+                for c in 0..hd {
+                    vt[c * tk + t] = v[t * d + h * hd + c];
+                }
+            }
+            let mut scores = linear_f32(&qh, tq, &kh, tk, hd, None)?;
+            for (i, row) in scores.chunks_exact_mut(tk).enumerate() {
+                if let Some(p) = causal_past {
+                    let last = p + i;
+                    row.iter_mut()
+                        .skip(last + 1)
+                        .for_each(|s| *s = f32::NEG_INFINITY);
+                }
+                crate::ops::softmax_inplace(row);
+            }
+            linear_f32(&scores, tq, &vt, hd, tk, None)
+        })
+        .collect();
+    let mut out = vec![0f32; tq * d];
+    for (h, head) in heads.into_iter().enumerate() {
+        let head = head?;
+        for r in 0..tq {
+            out[r * d + h * hd..r * d + (h + 1) * hd].copy_from_slice(&head[r * hd..(r + 1) * hd]);
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn naive_linear(x: &[f32], m: usize, w: &[f32], n: usize, k: usize) -> Vec<f32> {
+        let mut y = vec![0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                y[i * n + j] = (0..k)
+                    .map(|c| x[i * k + c] as f64 * w[j * k + c] as f64)
+                    .sum::<f64>() as f32;
+            }
+        }
+        y
+    }
+
+    fn values(n: usize, seed: u32) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 17;
+                s ^= s << 5;
+                (s % 2001) as f32 / 1000.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn linear_matches_naive_with_bias() {
+        let (m, n, k) = (5, 7, 40);
+        let (x, w, b) = (values(m * k, 1), values(n * k, 2), values(n, 3));
+        let y = linear_f32(&x, m, &w, n, k, Some(&b)).unwrap();
+        let want = naive_linear(&x, m, &w, n, k);
+        for i in 0..m * n {
+            assert!(
+                (y[i] - want[i] - b[i % n]).abs() < 1e-4,
+                "{i}: {} vs {}",
+                y[i],
+                want[i] + b[i % n]
+            );
+        }
+        assert!(linear_f32(&x, m, &w, n, k, Some(&b[..3])).is_err());
+    }
+
+    #[test]
+    fn layer_norm_has_zero_mean_unit_variance() {
+        let x = values(3 * 16, 4);
+        let y = layer_norm(&x, &[1.0; 16], &[0.0; 16], 1e-5).unwrap();
+        for row in y.chunks(16) {
+            let mean: f32 = row.iter().sum::<f32>() / 16.0;
+            let var: f32 = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / 16.0;
+            assert!(
+                mean.abs() < 1e-5 && (var - 1.0).abs() < 1e-3,
+                "{mean} {var}"
+            );
+        }
+        let z = layer_norm(&x, &[2.0; 16], &[0.5; 16], 1e-5).unwrap();
+        assert!(y
+            .iter()
+            .zip(&z)
+            .all(|(a, b)| (2.0 * a + 0.5 - b).abs() < 1e-5));
+        assert!(layer_norm(&x[..20], &[1.0; 16], &[0.0; 16], 1e-5).is_err());
+    }
+
+    #[test]
+    fn gelu_erf_known_values() {
+        // 0.5 x (1 + erf(x / √2)) at x = 1: 0.841344746; x = -2: -0.045500264.
+        assert!((gelu_erf(1.0) - 0.841_344_7).abs() < 1e-6);
+        assert!((gelu_erf(-2.0) + 0.045_500_26).abs() < 1e-7);
+        assert_eq!(gelu_erf(0.0), 0.0);
+    }
+
+    #[test]
+    fn conv1d_matches_direct_sum() {
+        let (t_in, c_in, c_out, kernel) = (9, 3, 4, 3);
+        let (x, w, b) = (
+            values(t_in * c_in, 5),
+            values(c_out * c_in * kernel, 6),
+            values(c_out, 7),
+        );
+        for stride in [1, 2] {
+            let (y, t_out) =
+                conv1d(&x, t_in, c_in, &w, c_out, kernel, Some(&b), stride, 1).unwrap();
+            assert_eq!(t_out, (t_in + 2 - kernel) / stride + 1);
+            for t in 0..t_out {
+                for o in 0..c_out {
+                    let mut want = b[o] as f64;
+                    for c in 0..c_in {
+                        for j in 0..kernel {
+                            let s = (t * stride + j) as isize - 1;
+                            if s >= 0 && (s as usize) < t_in {
+                                want += x[s as usize * c_in + c] as f64
+                                    * w[(o * c_in + c) * kernel + j] as f64;
+                            }
+                        }
+                    }
+                    assert!((y[t * c_out + o] as f64 - want).abs() < 1e-4);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn attention_matches_naive_causal_and_full() {
+        let (tq, tk, heads, hd) = (3, 5, 2, 4);
+        let d = heads * hd;
+        let (q, k, v) = (values(tq * d, 8), values(tk * d, 9), values(tk * d, 10));
+        for past in [None, Some(2)] {
+            let out = attention(&q, &k, &v, (tq, tk), heads, past).unwrap();
+            for h in 0..heads {
+                for i in 0..tq {
+                    let last = past.map_or(tk - 1, |p| p + i);
+                    let s: Vec<f64> = (0..=last)
+                        .map(|t| {
+                            (0..hd)
+                                .map(|c| {
+                                    q[i * d + h * hd + c] as f64 * k[t * d + h * hd + c] as f64
+                                })
+                                .sum::<f64>()
+                                / (hd as f64).sqrt()
+                        })
+                        .collect();
+                    let mx = s.iter().cloned().fold(f64::MIN, f64::max);
+                    let z: f64 = s.iter().map(|x| (x - mx).exp()).sum();
+                    for c in 0..hd {
+                        let want: f64 = s
+                            .iter()
+                            .enumerate()
+                            .map(|(t, x)| (x - mx).exp() / z * v[t * d + h * hd + c] as f64)
+                            .sum();
+                        assert!((out[i * d + h * hd + c] as f64 - want).abs() < 1e-5);
+                    }
+                }
+            }
+        }
+        assert!(attention(&q, &k[..8], &v, (tq, tk), heads, None).is_err());
+    }
+}

@@ -1,0 +1,719 @@
+//! Whisper (OpenAI, "Robust Speech Recognition via Large-Scale Weak Supervision", 2022): a
+//! Transformer encoder over 30 seconds of log-mel frames and a text decoder that attends to it,
+//! loaded from a CTranslate2 model directory (`model.bin` with the `WhisperSpec` variables,
+//! `config.json`), the layout faster-whisper ships. The arithmetic mirrors CTranslate2's
+//! Whisper in float32: pre-norm layers with LayerNorm (eps 1e-5), fused Q/K/V with biases, exact
+//! GELU, sinusoidal encoder positions and learned decoder positions as stored, the output
+//! projection tied to the token embedding. Greedy decoding follows faster-whisper's defaults:
+//! `config.suppress_ids` and the task tokens suppressed at every step, `suppress_ids_begin`
+//! (the blank and end-of-text) at the first, no timestamps.
+//!
+//! Runs on the CPU (f32 weights converted once at load, about twice the f16 file in memory).
+
+use std::path::{Path, PathBuf};
+
+use synaptix_bundle::ct2::Ct2File;
+use synaptix_kernels_cpu::dense::{attention, conv1d, gelu_erf_inplace, layer_norm, linear_f32};
+
+use crate::{ModelError, Result};
+
+/// Mel frames in one 30-second window (hop 160 at 16 kHz).
+pub const WINDOW_FRAMES: usize = 3000;
+const LN_EPS: f32 = 1e-5;
+/// The decoder's learned positions: prompt and generated tokens together.
+const MAX_TEXT_POSITIONS: usize = 448;
+
+fn bad(path: &Path, problem: impl Into<String>) -> ModelError {
+    ModelError::BadHyperParameters {
+        path: path.display().to_string(),
+        problem: problem.into(),
+    }
+}
+
+/// `[out, in]` f32 weight with its bias.
+struct Dense {
+    w: Vec<f32>,
+    b: Option<Vec<f32>>,
+    out: usize,
+    inp: usize,
+}
+
+impl Dense {
+    fn load(file: &Ct2File, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<Dense> {
+        let w = file.f32_matrix(&format!("{prefix}/weight"), out, inp)?;
+        let b = if bias {
+            Some(file.f32_matrix(&format!("{prefix}/bias"), 1, out)?)
+        } else {
+            None
+        };
+        Ok(Dense { w, b, out, inp })
+    }
+    /// `x: [rows, inp]` → `[rows, out]`.
+    fn forward(&self, x: &[f32], rows: usize) -> Result<Vec<f32>> {
+        Ok(linear_f32(
+            x,
+            rows,
+            &self.w,
+            self.out,
+            self.inp,
+            self.b.as_deref(),
+        )?)
+    }
+}
+
+struct Norm {
+    gamma: Vec<f32>,
+    beta: Vec<f32>,
+}
+
+impl Norm {
+    fn load(file: &Ct2File, prefix: &str, dim: usize) -> Result<Norm> {
+        Ok(Norm {
+            gamma: file.f32_matrix(&format!("{prefix}/gamma"), 1, dim)?,
+            beta: file.f32_matrix(&format!("{prefix}/beta"), 1, dim)?,
+        })
+    }
+    fn forward(&self, x: &[f32]) -> Result<Vec<f32>> {
+        Ok(layer_norm(x, &self.gamma, &self.beta, LN_EPS)?)
+    }
+}
+
+/// LayerNorm, `fc1` with exact GELU, `fc2`, added to `x`.
+struct Ffn {
+    norm: Norm,
+    fc1: Dense,
+    fc2: Dense,
+}
+
+impl Ffn {
+    fn load(file: &Ct2File, path: &Path, prefix: &str, d: usize) -> Result<Ffn> {
+        let hidden = file
+            .get(&format!("{prefix}/linear_0/weight"))
+            .map(|v| v.shape.first().copied().unwrap_or(0))
+            .unwrap_or(0);
+        if hidden == 0 {
+            return Err(bad(
+                path,
+                format!("'{prefix}/linear_0/weight' is missing or empty"),
+            ));
+        }
+        Ok(Ffn {
+            norm: Norm::load(file, &format!("{prefix}/layer_norm"), d)?,
+            fc1: Dense::load(file, &format!("{prefix}/linear_0"), hidden, d, true)?,
+            fc2: Dense::load(file, &format!("{prefix}/linear_1"), d, hidden, true)?,
+        })
+    }
+    fn add_to(&self, x: &mut [f32], rows: usize) -> Result<()> {
+        let h = self.norm.forward(x)?;
+        let mut h = self.fc1.forward(&h, rows)?;
+        gelu_erf_inplace(&mut h);
+        let h = self.fc2.forward(&h, rows)?;
+        x.iter_mut().zip(&h).for_each(|(a, b)| *a += b);
+        Ok(())
+    }
+}
+
+struct EncoderLayer {
+    norm: Norm,
+    qkv: Dense,
+    out: Dense,
+    ffn: Ffn,
+}
+
+struct DecoderLayer {
+    self_norm: Norm,
+    self_qkv: Dense,
+    self_out: Dense,
+    cross_norm: Norm,
+    cross_q: Dense,
+    cross_kv: Dense,
+    cross_out: Dense,
+    ffn: Ffn,
+}
+
+/// Sizes read from the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WhisperDims {
+    pub n_mels: usize,
+    pub d_model: usize,
+    pub encoder_layers: usize,
+    pub decoder_layers: usize,
+    pub encoder_heads: usize,
+    pub decoder_heads: usize,
+    /// Encoder positions: half the window's frames (1500).
+    pub audio_positions: usize,
+    pub vocab: usize,
+}
+
+/// The token ids decoding needs, from `config.json` and the tokenizer's special tokens.
+#[derive(Debug, Clone)]
+pub struct WhisperTokens {
+    pub sot: u32,
+    pub eot: u32,
+    pub transcribe: u32,
+    pub translate: u32,
+    pub no_timestamps: u32,
+    /// Language tokens (`<|en|>`, ...) in the model's order, with their codes.
+    pub languages: Vec<(u32, String)>,
+    /// Suppressed at every step: `config.suppress_ids` plus the task and start tokens.
+    pub suppress: Vec<u32>,
+    /// Suppressed at the first generated step only (the blank and end-of-text).
+    pub suppress_begin: Vec<u32>,
+}
+
+pub struct Whisper {
+    dims: WhisperDims,
+    conv1: (Vec<f32>, Vec<f32>),
+    conv2: (Vec<f32>, Vec<f32>),
+    /// `[audio_positions, d_model]`.
+    encoder_positions: Vec<f32>,
+    encoder_layers: Vec<EncoderLayer>,
+    encoder_norm: Norm,
+    /// `[vocab, d_model]`, also the output projection.
+    embedding: Vec<f32>,
+    /// `[MAX_TEXT_POSITIONS, d_model]`.
+    decoder_positions: Vec<f32>,
+    decoder_layers: Vec<DecoderLayer>,
+    decoder_norm: Norm,
+}
+
+/// The encoder's output for one window and each decoder layer's cross-attention keys and values.
+pub struct EncodedAudio {
+    /// `[audio_positions, d_model]` per decoder layer: (K, V).
+    cross: Vec<(Vec<f32>, Vec<f32>)>,
+}
+
+/// The decoder's self-attention cache: per layer K and V, `[len, d_model]`.
+struct SelfCache {
+    kv: Vec<(Vec<f32>, Vec<f32>)>,
+    len: usize,
+}
+
+/// A model directory's files.
+pub struct WhisperFiles {
+    pub model: PathBuf,
+    pub config: PathBuf,
+    pub tokenizer: PathBuf,
+}
+
+impl WhisperFiles {
+    /// `dir/model.bin`, `dir/config.json`, `dir/tokenizer.json`; a path to `model.bin` itself is
+    /// taken as its directory. Every file must exist.
+    pub fn in_dir(path: &Path) -> Result<WhisperFiles> {
+        let dir = if path.is_file() {
+            path.parent().unwrap_or(Path::new("."))
+        } else {
+            path
+        };
+        if !dir.is_dir() {
+            return Err(bad(
+                path,
+                "not a Whisper model directory (model.bin, config.json, tokenizer.json)",
+            ));
+        }
+        let files = WhisperFiles {
+            model: dir.join("model.bin"),
+            config: dir.join("config.json"),
+            tokenizer: dir.join("tokenizer.json"),
+        };
+        for f in [&files.model, &files.config, &files.tokenizer] {
+            if !f.is_file() {
+                return Err(bad(f, "missing (a Whisper model directory holds model.bin, config.json and tokenizer.json)"));
+            }
+        }
+        Ok(files)
+    }
+}
+
+impl Whisper {
+    /// Loads `model.bin` (CTranslate2 `WhisperSpec`), converting every weight to f32.
+    pub fn load(model_bin: &Path) -> Result<Whisper> {
+        let file = Ct2File::open(model_bin)?;
+        if file.spec() != "WhisperSpec" {
+            return Err(bad(
+                model_bin,
+                format!("a CTranslate2 '{}' model, not Whisper", file.spec()),
+            ));
+        }
+        let shape = |name: &str| -> Result<Vec<usize>> {
+            file.get(name)
+                .map(|v| v.shape.clone())
+                .ok_or_else(|| bad(model_bin, format!("variable '{name}' is missing")))
+        };
+        let conv1 = shape("encoder/conv1/weight")?;
+        let emb = shape("decoder/embeddings/weight")?;
+        let enc_pos = shape("encoder/position_encodings/encodings")?;
+        let dec_pos = shape("decoder/position_encodings/encodings")?;
+        let [d_model, n_mels, 3] = conv1[..] else {
+            return Err(bad(
+                model_bin,
+                format!("encoder/conv1/weight has shape {conv1:?}, expected [d, mels, 3]"),
+            ));
+        };
+        let [vocab, d_emb] = emb[..] else {
+            return Err(bad(
+                model_bin,
+                format!("decoder/embeddings/weight has shape {emb:?}"),
+            ));
+        };
+        let audio_positions = enc_pos.first().copied().unwrap_or(0);
+        if d_emb != d_model
+            || enc_pos.get(1) != Some(&d_model)
+            || dec_pos.first() != Some(&MAX_TEXT_POSITIONS)
+            || audio_positions * 2 != WINDOW_FRAMES
+        {
+            return Err(bad(
+                model_bin,
+                format!("inconsistent sizes: d_model {d_model}, embeddings {emb:?}, positions {enc_pos:?} / {dec_pos:?}"),
+            ));
+        }
+        let count = |prefix: &str| {
+            (0..)
+                .take_while(|i| {
+                    file.get(&format!("{prefix}/layer_{i}/ffn/linear_0/weight"))
+                        .is_some()
+                })
+                .count()
+        };
+        let heads = |name: &str| -> Result<usize> {
+            match file.scalar_i64(name)? {
+                Some(h) if h > 0 && d_model % h as usize == 0 => Ok(h as usize),
+                other => Err(bad(
+                    model_bin,
+                    format!("'{name}' is {other:?}, expected a divisor of {d_model}"),
+                )),
+            }
+        };
+        let dims = WhisperDims {
+            n_mels,
+            d_model,
+            encoder_layers: count("encoder"),
+            decoder_layers: count("decoder"),
+            encoder_heads: heads("encoder/num_heads")?,
+            decoder_heads: heads("decoder/num_heads")?,
+            audio_positions,
+            vocab,
+        };
+        if dims.encoder_layers == 0 || dims.decoder_layers == 0 {
+            return Err(bad(model_bin, "no encoder or decoder layers"));
+        }
+        let d = d_model;
+        let conv = |name: &str, c_in: usize| -> Result<(Vec<f32>, Vec<f32>)> {
+            Ok((
+                file.f32_matrix(&format!("encoder/{name}/weight"), d, c_in * 3)?,
+                file.f32_matrix(&format!("encoder/{name}/bias"), 1, d)?,
+            ))
+        };
+        let encoder_layers = (0..dims.encoder_layers)
+            .map(|i| {
+                let p = format!("encoder/layer_{i}");
+                Ok(EncoderLayer {
+                    norm: Norm::load(&file, &format!("{p}/self_attention/layer_norm"), d)?,
+                    qkv: Dense::load(
+                        &file,
+                        &format!("{p}/self_attention/linear_0"),
+                        3 * d,
+                        d,
+                        true,
+                    )?,
+                    out: Dense::load(&file, &format!("{p}/self_attention/linear_1"), d, d, true)?,
+                    ffn: Ffn::load(&file, model_bin, &format!("{p}/ffn"), d)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let decoder_layers = (0..dims.decoder_layers)
+            .map(|i| {
+                let p = format!("decoder/layer_{i}");
+                Ok(DecoderLayer {
+                    self_norm: Norm::load(&file, &format!("{p}/self_attention/layer_norm"), d)?,
+                    self_qkv: Dense::load(
+                        &file,
+                        &format!("{p}/self_attention/linear_0"),
+                        3 * d,
+                        d,
+                        true,
+                    )?,
+                    self_out: Dense::load(
+                        &file,
+                        &format!("{p}/self_attention/linear_1"),
+                        d,
+                        d,
+                        true,
+                    )?,
+                    cross_norm: Norm::load(&file, &format!("{p}/attention/layer_norm"), d)?,
+                    cross_q: Dense::load(&file, &format!("{p}/attention/linear_0"), d, d, true)?,
+                    cross_kv: Dense::load(
+                        &file,
+                        &format!("{p}/attention/linear_1"),
+                        2 * d,
+                        d,
+                        true,
+                    )?,
+                    cross_out: Dense::load(&file, &format!("{p}/attention/linear_2"), d, d, true)?,
+                    ffn: Ffn::load(&file, model_bin, &format!("{p}/ffn"), d)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Whisper {
+            dims,
+            conv1: conv("conv1", n_mels)?,
+            conv2: conv("conv2", d)?,
+            encoder_positions: file.f32_matrix(
+                "encoder/position_encodings/encodings",
+                audio_positions,
+                d,
+            )?,
+            encoder_layers,
+            encoder_norm: Norm::load(&file, "encoder/layer_norm", d)?,
+            embedding: file.f32_matrix("decoder/embeddings/weight", vocab, d)?,
+            decoder_positions: file.f32_matrix(
+                "decoder/position_encodings/encodings",
+                MAX_TEXT_POSITIONS,
+                d,
+            )?,
+            decoder_layers,
+            decoder_norm: Norm::load(&file, "decoder/layer_norm", d)?,
+        })
+    }
+
+    pub fn dims(&self) -> WhisperDims {
+        self.dims
+    }
+
+    /// Encodes one window of log-mel features, `mel: [n_mels, WINDOW_FRAMES]` row-major (shorter
+    /// audio zero-padded in the log-mel domain, as faster-whisper pads), and prepares every
+    /// decoder layer's cross-attention keys and values.
+    pub fn encode(&self, mel: &[f32]) -> Result<EncodedAudio> {
+        let WhisperDims {
+            n_mels,
+            d_model: d,
+            audio_positions,
+            ..
+        } = self.dims;
+        if mel.len() != n_mels * WINDOW_FRAMES {
+            return Err(ModelError::Kernel(synaptix_core::Error::ShapeMismatch {
+                op: "whisper encode",
+                detail: format!(
+                    "{} mel values, expected {n_mels}×{WINDOW_FRAMES}",
+                    mel.len()
+                ),
+            }));
+        }
+        // [mels, frames] → [frames, mels]: the convolutions run over time-major rows.
+        let mut frames = vec![0f32; mel.len()];
+        for (c, row) in mel.chunks_exact(WINDOW_FRAMES).enumerate() {
+            for (t, &v) in row.iter().enumerate() {
+                frames[t * n_mels + c] = v;
+            }
+        }
+        let (mut x, t1) = conv1d(
+            &frames,
+            WINDOW_FRAMES,
+            n_mels,
+            &self.conv1.0,
+            d,
+            3,
+            Some(&self.conv1.1),
+            1,
+            1,
+        )?;
+        gelu_erf_inplace(&mut x);
+        let (mut x, t2) = conv1d(&x, t1, d, &self.conv2.0, d, 3, Some(&self.conv2.1), 2, 1)?;
+        gelu_erf_inplace(&mut x);
+        debug_assert_eq!(t2, audio_positions);
+        x.iter_mut()
+            .zip(&self.encoder_positions)
+            .for_each(|(a, p)| *a += p);
+        let rows = audio_positions;
+        for layer in &self.encoder_layers {
+            let h = layer.norm.forward(&x)?;
+            let qkv = layer.qkv.forward(&h, rows)?;
+            let (q, k, v) = split3(&qkv, rows, d);
+            let a = attention(&q, &k, &v, (rows, rows), self.dims.encoder_heads, None)?;
+            let o = layer.out.forward(&a, rows)?;
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+            layer.ffn.add_to(&mut x, rows)?;
+        }
+        let x = self.encoder_norm.forward(&x)?;
+        let cross = self
+            .decoder_layers
+            .iter()
+            .map(|layer| {
+                let kv = layer.cross_kv.forward(&x, rows)?;
+                let (k, v) = split2(&kv, rows, d);
+                Ok((k, v))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(EncodedAudio { cross })
+    }
+
+    /// Runs `tokens` (positions `cache.len ..`) through the decoder and returns the last
+    /// position's logits `[vocab]`.
+    fn decode(
+        &self,
+        audio: &EncodedAudio,
+        cache: &mut SelfCache,
+        tokens: &[u32],
+    ) -> Result<Vec<f32>> {
+        let WhisperDims {
+            d_model: d,
+            vocab,
+            audio_positions,
+            ..
+        } = self.dims;
+        let rows = tokens.len();
+        let past = cache.len;
+        if rows == 0 || past + rows > MAX_TEXT_POSITIONS {
+            return Err(ModelError::ContextOverflow(rows, MAX_TEXT_POSITIONS, past));
+        }
+        let mut x = Vec::with_capacity(rows * d);
+        for (i, &t) in tokens.iter().enumerate() {
+            let t = t as usize;
+            if t >= vocab {
+                return Err(bad(
+                    Path::new("whisper"),
+                    format!("token {t} is outside the vocabulary of {vocab}"),
+                ));
+            }
+            let pos = &self.decoder_positions[(past + i) * d..(past + i + 1) * d];
+            x.extend(
+                self.embedding[t * d..(t + 1) * d]
+                    .iter()
+                    .zip(pos)
+                    .map(|(e, p)| e + p),
+            );
+        }
+        let heads = self.dims.decoder_heads;
+        for (layer, ((ck, cv), (sk, sv))) in self
+            .decoder_layers
+            .iter()
+            .zip(audio.cross.iter().zip(cache.kv.iter_mut()))
+        {
+            let h = layer.self_norm.forward(&x)?;
+            let qkv = layer.self_qkv.forward(&h, rows)?;
+            let (q, k, v) = split3(&qkv, rows, d);
+            sk.extend_from_slice(&k);
+            sv.extend_from_slice(&v);
+            let a = attention(&q, sk, sv, (rows, past + rows), heads, Some(past))?;
+            let o = layer.self_out.forward(&a, rows)?;
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+
+            let h = layer.cross_norm.forward(&x)?;
+            let q = layer.cross_q.forward(&h, rows)?;
+            let a = attention(&q, ck, cv, (rows, audio_positions), heads, None)?;
+            let o = layer.cross_out.forward(&a, rows)?;
+            x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
+
+            layer.ffn.add_to(&mut x, rows)?;
+        }
+        cache.len += rows;
+        let last = self.decoder_norm.forward(&x[(rows - 1) * d..])?;
+        Ok(linear_f32(&last, 1, &self.embedding, vocab, d, None)?)
+    }
+
+    fn new_cache(&self) -> SelfCache {
+        SelfCache {
+            kv: (0..self.dims.decoder_layers)
+                .map(|_| (Vec::new(), Vec::new()))
+                .collect(),
+            len: 0,
+        }
+    }
+
+    /// The language whose token the decoder finds most likely after start-of-transcript, with
+    /// its probability among the language tokens (CTranslate2's `detect_language`).
+    pub fn detect_language(
+        &self,
+        audio: &EncodedAudio,
+        tokens: &WhisperTokens,
+    ) -> Result<(String, f32)> {
+        let logits = self.decode(audio, &mut self.new_cache(), &[tokens.sot])?;
+        let scores: Vec<f32> = tokens
+            .languages
+            .iter()
+            .map(|(id, _)| logits[*id as usize])
+            .collect();
+        let max = scores.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f64 = scores.iter().map(|s| ((s - max) as f64).exp()).sum();
+        let (best, score) =
+            scores
+                .iter()
+                .enumerate()
+                .fold((0, f32::NEG_INFINITY), |(bi, bs), (i, &s)| {
+                    if s > bs {
+                        (i, s)
+                    } else {
+                        (bi, bs)
+                    }
+                });
+        let code = tokens
+            .languages
+            .get(best)
+            .map(|(_, c)| c.clone())
+            .unwrap_or_default();
+        Ok((code, (((score - max) as f64).exp() / sum) as f32))
+    }
+
+    /// Greedy decoding of one encoded window after `prompt` (start-of-transcript, language, task,
+    /// no-timestamps): each step's arg-max (lowest id on ties) after suppression, until
+    /// end-of-text or the decoder's 448 positions. `on_token` sees each token as it is chosen.
+    /// Returns the generated tokens without end-of-text, and the first step's logits before
+    /// suppression (for checks against a reference).
+    pub fn generate(
+        &self,
+        audio: &EncodedAudio,
+        prompt: &[u32],
+        tokens: &WhisperTokens,
+        on_token: &mut dyn FnMut(u32),
+    ) -> Result<(Vec<u32>, Vec<f32>)> {
+        let mut cache = self.new_cache();
+        let mut logits = self.decode(audio, &mut cache, prompt)?;
+        let first = logits.clone();
+        let mut out = Vec::new();
+        while cache.len < MAX_TEXT_POSITIONS {
+            for &id in &tokens.suppress {
+                if let Some(l) = logits.get_mut(id as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+            if out.is_empty() {
+                for &id in &tokens.suppress_begin {
+                    if let Some(l) = logits.get_mut(id as usize) {
+                        *l = f32::NEG_INFINITY;
+                    }
+                }
+            }
+            let next = argmax(&logits);
+            if next == tokens.eot {
+                break;
+            }
+            out.push(next);
+            on_token(next);
+            if cache.len >= MAX_TEXT_POSITIONS {
+                break;
+            }
+            logits = self.decode(audio, &mut cache, &[next])?;
+        }
+        Ok((out, first))
+    }
+}
+
+fn argmax(x: &[f32]) -> u32 {
+    let mut best = (0usize, f32::NEG_INFINITY);
+    for (i, &v) in x.iter().enumerate() {
+        if v > best.1 {
+            best = (i, v);
+        }
+    }
+    best.0 as u32
+}
+
+/// Columns `[0, d)`, `[d, 2d)`, `[2d, 3d)` of `x: [rows, 3d]` as three `[rows, d]` matrices.
+fn split3(x: &[f32], rows: usize, d: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (mut a, mut b, mut c) = (
+        Vec::with_capacity(rows * d),
+        Vec::with_capacity(rows * d),
+        Vec::with_capacity(rows * d),
+    );
+    for r in x.chunks_exact(3 * d) {
+        a.extend_from_slice(&r[..d]);
+        b.extend_from_slice(&r[d..2 * d]);
+        c.extend_from_slice(&r[2 * d..]);
+    }
+    (a, b, c)
+}
+
+fn split2(x: &[f32], rows: usize, d: usize) -> (Vec<f32>, Vec<f32>) {
+    let (mut a, mut b) = (Vec::with_capacity(rows * d), Vec::with_capacity(rows * d));
+    for r in x.chunks_exact(2 * d) {
+        a.extend_from_slice(&r[..d]);
+        b.extend_from_slice(&r[d..]);
+    }
+    (a, b)
+}
+
+impl WhisperTokens {
+    /// From `config.json` (`lang_ids`, `suppress_ids`, `suppress_ids_begin`) and a lookup of
+    /// special tokens by text (the tokenizer's `<|startoftranscript|>`, `<|en|>`, ...).
+    pub fn from_config(
+        config: &Path,
+        token_id: &dyn Fn(&str) -> Option<u32>,
+        id_text: &dyn Fn(u32) -> Option<String>,
+    ) -> Result<WhisperTokens> {
+        let text = std::fs::read_to_string(config)
+            .map_err(|e| bad(config, format!("cannot read: {e}")))?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| bad(config, format!("not JSON: {e}")))?;
+        let ids = |key: &str| -> Result<Vec<u32>> {
+            let Some(list) = json.get(key) else {
+                return Ok(Vec::new());
+            };
+            list.as_array()
+                .and_then(|a| {
+                    a.iter()
+                        .map(|v| v.as_u64().and_then(|x| u32::try_from(x).ok()))
+                        .collect::<Option<Vec<u32>>>()
+                })
+                .ok_or_else(|| bad(config, format!("'{key}' is not a list of token ids")))
+        };
+        let special = |name: &str| {
+            token_id(name)
+                .ok_or_else(|| bad(config, format!("the tokenizer has no '{name}' token")))
+        };
+        let sot = special("<|startoftranscript|>")?;
+        let eot = special("<|endoftext|>")?;
+        let transcribe = special("<|transcribe|>")?;
+        let translate = special("<|translate|>")?;
+        let no_timestamps = special("<|notimestamps|>")?;
+        let mut languages = Vec::new();
+        for id in ids("lang_ids")? {
+            let text = id_text(id).unwrap_or_default();
+            let code = text.strip_prefix("<|").and_then(|t| t.strip_suffix("|>"));
+            match code {
+                Some(c) => languages.push((id, c.to_string())),
+                None => {
+                    return Err(bad(
+                        config,
+                        format!("language id {id} is not a <|code|> token"),
+                    ))
+                }
+            }
+        }
+        if languages.is_empty() {
+            return Err(bad(config, "no 'lang_ids'"));
+        }
+        let mut suppress = ids("suppress_ids")?;
+        // faster-whisper's additions to the default set: the task and start tokens, and those
+        // of the previous-text and no-speech prompts where the vocabulary has them.
+        suppress.extend([transcribe, translate, sot]);
+        suppress.extend(
+            [
+                "<|startofprev|>",
+                "<|startoflm|>",
+                "<|nospeech|>",
+                "<|nocaptions|>",
+            ]
+            .iter()
+            .filter_map(|n| token_id(n)),
+        );
+        suppress.sort_unstable();
+        suppress.dedup();
+        Ok(WhisperTokens {
+            sot,
+            eot,
+            transcribe,
+            translate,
+            no_timestamps,
+            languages,
+            suppress,
+            suppress_begin: ids("suppress_ids_begin")?,
+        })
+    }
+
+    pub fn language(&self, code: &str) -> Option<u32> {
+        self.languages
+            .iter()
+            .find(|(_, c)| c == code)
+            .map(|(id, _)| *id)
+    }
+}

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Goldens for the Whisper tests: speech synthesized by espeak-ng, transcribed by CTranslate2.
+
+Writes tests/fixtures/whisper/speech16k.wav (16 kHz mono 16-bit: espeak-ng's output resampled
+by faster-whisper's decoder, PyAV) and tests/fixtures/whisper/goldens.json: for each clip the
+language CTranslate2 detects, the greedy tokens (beam 1, faster-whisper's default suppression,
+no timestamps) and the first step's largest logits.
+
+The features are faster-whisper's FeatureExtractor of the WAV as stored (int16 / 32768), the
+first 30-second window as faster-whisper cuts it, so synaptix's test reads the same samples.
+
+Needs: espeak-ng (Debian), `pip install faster-whisper` (ctranslate2 4.x), the model directory
+that `scripts/fetch-models.sh whisper-base` assembles. Usage:
+    python3 scripts/reference/make_whisper_goldens.py [MODEL_DIR]
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import wave
+
+import numpy as np
+import ctranslate2
+from faster_whisper.audio import decode_audio
+from faster_whisper.feature_extractor import FeatureExtractor
+from faster_whisper.tokenizer import Tokenizer
+from faster_whisper.transcribe import get_suppressed_tokens
+import tokenizers
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+OUT = os.path.join(ROOT, "tests", "fixtures", "whisper")
+CACHE = os.environ.get("SYNAPTIX_MODELS") or os.path.join(
+    os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "synaptix", "models")
+MODEL = sys.argv[1] if len(sys.argv) > 1 else os.path.join(CACHE, "whisper-base")
+
+TEXT = ("The quick brown fox jumps over the lazy dog. "
+        "Speech recognition runs on the processor without any network. "
+        "Seven hundred and twenty three people attended the meeting on Tuesday.")
+TOP = 20
+
+
+def synthesize(path):
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = os.path.join(tmp, "say.wav")
+        subprocess.run(["espeak-ng", "-v", "en-us", "-s", "150", "-w", raw, TEXT], check=True)
+        audio = decode_audio(raw, sampling_rate=16000)
+    pcm = np.clip(np.round(audio * 32768.0), -32768, 32767).astype("<i2")
+    with wave.open(path, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(pcm.tobytes())
+
+
+def read_wav(path):
+    with wave.open(path, "rb") as w:
+        assert w.getframerate() == 16000 and w.getnchannels() == 1 and w.getsampwidth() == 2
+        return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768.0
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    wav = os.path.join(OUT, "speech16k.wav")
+    if not os.path.exists(wav):
+        synthesize(wav)
+    samples = read_wav(wav)
+
+    model = ctranslate2.models.Whisper(MODEL, device="cpu", compute_type="float32")
+    hf = tokenizers.Tokenizer.from_file(os.path.join(MODEL, "tokenizer.json"))
+    tok = Tokenizer(hf, True, task="transcribe", language="en")
+    with open(os.path.join(MODEL, "config.json")) as f:
+        config = json.load(f)
+    suppress = list(get_suppressed_tokens(tok, [-1]))
+    extra = sorted(set(suppress) - set(config["suppress_ids"]))
+    print("faster-whisper suppresses config.suppress_ids plus", extra,
+          "; config ids missing from it:", sorted(set(config["suppress_ids"]) - set(suppress)))
+
+    fe = FeatureExtractor(feature_size=model.n_mels)
+    features = fe(samples)
+    content = features.shape[-1] - 1
+    window = features[:, :min(3000, content)]
+    window = np.pad(window, ((0, 0), (0, 3000 - window.shape[-1])))
+    sv = ctranslate2.StorageView.from_array(np.ascontiguousarray(window[None], dtype=np.float32))
+    encoded = model.encode(sv)
+    lang_probs = model.detect_language(encoded)[0]
+    language = lang_probs[0][0][2:-2]
+    prompt = [tok.sot, hf.token_to_id(f"<|{language}|>"), tok.transcribe, tok.no_timestamps]
+    result = model.generate(encoded, [prompt], beam_size=1, suppress_blank=True,
+                            suppress_tokens=suppress, max_length=448, return_scores=True,
+                            return_logits_vocab=True)[0]
+    tokens = result.sequences_ids[0]
+    first = np.array(result.logits[0][0]) if result.logits else None
+    golden = {
+        "source": "scripts/reference/make_whisper_goldens.py (ctranslate2 %s, float32)" % ctranslate2.__version__,
+        "clips": [{
+            "wav": "speech16k.wav",
+            "text_spoken": TEXT,
+            "language": language,
+            "language_probability": lang_probs[0][1],
+            "prompt": prompt,
+            "tokens": tokens,
+            "text": hf.decode(tokens),
+        }],
+    }
+    if first is not None:
+        order = np.argsort(-first)[:TOP]
+        golden["clips"][0]["first_step_top"] = [[int(i), float(first[i])] for i in order]
+    with open(os.path.join(OUT, "goldens.json"), "w") as f:
+        json.dump(golden, f, indent=1)
+        f.write("\n")
+    print(json.dumps(golden["clips"][0], indent=1)[:1500])
+
+
+if __name__ == "__main__":
+    main()
