@@ -6,14 +6,20 @@
 use rayon::prelude::*;
 use synaptix_core::{DType, Error, Result};
 
+use crate::gemm::gemm_nt;
 use crate::quant::{matmul, WeightView};
 
 fn mismatch(op: &'static str, detail: String) -> Error {
     Error::ShapeMismatch { op, detail }
 }
 
-/// `y[m×n] = x[m×k] · Wᵀ (+ bias)` for an f32 weight `w: [n, k]`, each output the f32 dot of
-/// [`matmul`] (its SIMD order), on the ambient rayon pool.
+/// From this many rows on, [`linear_f32`] runs the register-tiled product (`gemm`): below it,
+/// packing the weight would cost more than it saves.
+const GEMM_MIN_ROWS: usize = 16;
+
+/// `y[m×n] = x[m×k] · Wᵀ (+ bias)` for an f32 weight `w: [n, k]`, on the ambient rayon pool:
+/// under 16 rows each output is the f32 dot of [`matmul`], from 16 rows on the register tiles of
+/// `gemm` (k-order sums per lane).
 pub fn linear_f32(
     x: &[f32],
     m: usize,
@@ -37,17 +43,27 @@ pub fn linear_f32(
             ));
         }
     }
+    if x.len() != m * k {
+        return Err(mismatch(
+            OP,
+            format!("x has {} values, expected {m}×{k}", x.len()),
+        ));
+    }
     let mut y = vec![0f32; m * n];
-    // Viewing f32s as bytes is always valid; x86_64 and aarch64 Linux are little-endian, the
-    // kernels' byte order.
-    let data = unsafe { std::slice::from_raw_parts(w.as_ptr() as *const u8, w.len() * 4) };
-    let view = WeightView {
-        dtype: DType::F32,
-        data,
-        rows: n,
-        cols: k,
-    };
-    matmul(view, x, m, &mut y)?;
+    if m >= GEMM_MIN_ROWS {
+        gemm_nt(x, m, w, n, k, &mut y);
+    } else {
+        // Viewing f32s as bytes is always valid; x86_64 and aarch64 Linux are little-endian,
+        // the kernels' byte order.
+        let data = unsafe { std::slice::from_raw_parts(w.as_ptr() as *const u8, w.len() * 4) };
+        let view = WeightView {
+            dtype: DType::F32,
+            data,
+            rows: n,
+            cols: k,
+        };
+        matmul(view, x, m, &mut y)?;
+    }
     if let Some(b) = bias {
         for row in y.chunks_exact_mut(n) {
             row.iter_mut().zip(b).for_each(|(v, &b)| *v += b);
@@ -162,6 +178,60 @@ fn head_of(x: &[f32], rows: usize, stride: usize, offset: usize, head_dim: usize
     out
 }
 
+/// Keys and values split by head for [`attention_heads`]: per head K `[tk, head_dim]` and Vᵀ
+/// `[head_dim, tk]` (the weights of the two products), made once where many queries attend the
+/// same keys (a decoder's cross-attention).
+pub struct HeadsKv {
+    n_heads: usize,
+    head_dim: usize,
+    tk: usize,
+    k: Vec<Vec<f32>>,
+    vt: Vec<Vec<f32>>,
+}
+
+impl HeadsKv {
+    /// From `k, v: [tk, n_heads · head_dim]` rows.
+    pub fn from_rows(k: &[f32], v: &[f32], tk: usize, n_heads: usize) -> Result<HeadsKv> {
+        let d = k.len().checked_div(tk).unwrap_or(0);
+        if n_heads == 0
+            || d == 0
+            || !d.is_multiple_of(n_heads)
+            || k.len() != tk * d
+            || v.len() != tk * d
+        {
+            return Err(mismatch(
+                "attention",
+                format!(
+                    "k {} values, v {} ({tk} rows), {n_heads} heads",
+                    k.len(),
+                    v.len()
+                ),
+            ));
+        }
+        let hd = d / n_heads;
+        let (k, vt) = (0..n_heads)
+            .into_par_iter()
+            .map(|h| {
+                let kh = head_of(k, tk, d, h * hd, hd);
+                let mut vt = vec![0f32; hd * tk];
+                for t in 0..tk {
+                    for c in 0..hd {
+                        vt[c * tk + t] = v[t * d + h * hd + c];
+                    }
+                }
+                (kh, vt)
+            })
+            .unzip();
+        Ok(HeadsKv {
+            n_heads,
+            head_dim: hd,
+            tk,
+            k,
+            vt,
+        })
+    }
+}
+
 /// Scaled dot-product attention of `n_heads` heads: `q: [tq, d]`, `k, v: [tk, d]` (d = n_heads ·
 /// head_dim, head h in columns h·head_dim ..), output `[tq, d]`. `causal_past: Some(p)` lets
 /// query row i attend keys 0 ..= p + i (its position in a sequence whose first p keys came from
@@ -175,51 +245,46 @@ pub fn attention(
     n_heads: usize,
     causal_past: Option<usize>,
 ) -> Result<Vec<f32>> {
-    const OP: &str = "attention";
-    let d = q.len().checked_div(tq).unwrap_or(0);
-    if n_heads == 0
-        || d == 0
-        || !d.is_multiple_of(n_heads)
-        || q.len() != tq * d
-        || k.len() != tk * d
-        || v.len() != tk * d
-    {
+    let kv = HeadsKv::from_rows(k, v, tk, n_heads)?;
+    attention_heads(q, tq, &kv, causal_past)
+}
+
+/// [`attention`] with keys and values already split by head.
+pub fn attention_heads(
+    q: &[f32],
+    tq: usize,
+    kv: &HeadsKv,
+    causal_past: Option<usize>,
+) -> Result<Vec<f32>> {
+    let HeadsKv {
+        n_heads,
+        head_dim: hd,
+        tk,
+        ..
+    } = *kv;
+    let d = n_heads * hd;
+    if q.len() != tq * d {
         return Err(mismatch(
-            OP,
-            format!(
-                "q {} values ({tq} rows), k {}, v {} ({tk} rows), {n_heads} heads",
-                q.len(),
-                k.len(),
-                v.len()
-            ),
+            "attention",
+            format!("q has {} values, expected {tq}×{d}", q.len()),
         ));
     }
-    let hd = d / n_heads;
     let scale = 1.0 / (hd as f32).sqrt();
     let heads: Vec<Result<Vec<f32>>> = (0..n_heads)
         .into_par_iter()
         .map(|h| {
             let mut qh = head_of(q, tq, d, h * hd, hd);
             qh.iter_mut().for_each(|x| *x *= scale);
-            let kh = head_of(k, tk, d, h * hd, hd);
-            // Vᵀ of the head: [hd, tk], the weight of the P·V product.
-            let mut vt = vec![0f32; hd * tk];
-            for t in 0..tk {
-                for c in 0..hd {
-                    vt[c * tk + t] = v[t * d + h * hd + c];
-                }
-            }
-            let mut scores = linear_f32(&qh, tq, &kh, tk, hd, None)?;
+            let mut scores = linear_f32(&qh, tq, &kv.k[h], tk, hd, None)?;
             for (i, row) in scores.chunks_exact_mut(tk).enumerate() {
                 if let Some(p) = causal_past {
-                    let last = p + i;
                     row.iter_mut()
-                        .skip(last + 1)
+                        .skip(p + i + 1)
                         .for_each(|s| *s = f32::NEG_INFINITY);
                 }
                 crate::ops::softmax_inplace(row);
             }
-            linear_f32(&scores, tq, &vt, hd, tk, None)
+            linear_f32(&scores, tq, &kv.vt[h], hd, tk, None)
         })
         .collect();
     let mut out = vec![0f32; tq * d];

@@ -11,6 +11,7 @@
 
 mod cpu;
 pub mod dense;
+mod gemm;
 pub mod ops;
 pub mod quant;
 mod team;

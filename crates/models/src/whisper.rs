@@ -13,7 +13,9 @@
 use std::path::{Path, PathBuf};
 
 use synaptix_bundle::ct2::Ct2File;
-use synaptix_kernels_cpu::dense::{attention, conv1d, gelu_erf_inplace, layer_norm, linear_f32};
+use synaptix_kernels_cpu::dense::{
+    attention, attention_heads, conv1d, gelu_erf_inplace, layer_norm, linear_f32, HeadsKv,
+};
 
 use crate::{ModelError, Result};
 
@@ -179,8 +181,8 @@ pub struct Whisper {
 
 /// The encoder's output for one window and each decoder layer's cross-attention keys and values.
 pub struct EncodedAudio {
-    /// `[audio_positions, d_model]` per decoder layer: (K, V).
-    cross: Vec<(Vec<f32>, Vec<f32>)>,
+    /// Per decoder layer: K and V of the `audio_positions` rows, split by head.
+    cross: Vec<HeadsKv>,
 }
 
 /// The decoder's self-attention cache: per layer K and V, `[len, d_model]`.
@@ -441,7 +443,7 @@ impl Whisper {
             .map(|layer| {
                 let kv = layer.cross_kv.forward(&x, rows)?;
                 let (k, v) = split2(&kv, rows, d);
-                Ok((k, v))
+                Ok(HeadsKv::from_rows(&k, &v, rows, self.dims.decoder_heads)?)
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(EncodedAudio { cross })
@@ -456,10 +458,7 @@ impl Whisper {
         tokens: &[u32],
     ) -> Result<Vec<f32>> {
         let WhisperDims {
-            d_model: d,
-            vocab,
-            audio_positions,
-            ..
+            d_model: d, vocab, ..
         } = self.dims;
         let rows = tokens.len();
         let past = cache.len;
@@ -484,7 +483,7 @@ impl Whisper {
             );
         }
         let heads = self.dims.decoder_heads;
-        for (layer, ((ck, cv), (sk, sv))) in self
+        for (layer, (cross, (sk, sv))) in self
             .decoder_layers
             .iter()
             .zip(audio.cross.iter().zip(cache.kv.iter_mut()))
@@ -500,7 +499,7 @@ impl Whisper {
 
             let h = layer.cross_norm.forward(&x)?;
             let q = layer.cross_q.forward(&h, rows)?;
-            let a = attention(&q, ck, cv, (rows, audio_positions), heads, None)?;
+            let a = attention_heads(&q, rows, cross, None)?;
             let o = layer.cross_out.forward(&a, rows)?;
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
 

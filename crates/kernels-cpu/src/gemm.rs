@@ -1,0 +1,276 @@
+//! f32 products of many rows, `C[m×n] = A[m×k] · Bᵀ` with `B: [n, k]` (activations times a
+//! weight as stored), for encoders that run whole sequences (Whisper's 1500 frames). `B` is
+//! packed once into panels of `NR` columns, k-major (`panel[kk][j] = B[p·NR + j][kk]`, zeros past
+//! `n`), then register tiles of `MR` rows × `NR` columns accumulate over the whole k: per k step
+//! one or two vector loads of the panel and `MR` broadcasts of A feed `MR · NR / lanes` FMAs.
+//! Rows are split into chunks over the rayon pool; each output is one f32 sum in k order per
+//! lane, so results do not depend on the thread count (they differ from a dot product's order
+//! in the last bits).
+
+use rayon::prelude::*;
+
+use crate::cpu::{path, Path};
+
+/// Row chunks per parallel task: a multiple of every kernel's MR (6 and 8).
+const ROWS_PER_TASK: usize = 48;
+
+/// `c = a · bᵀ`: `a: [m, k]`, `b: [n, k]`, `c: [m, n]`, all row-major. The caller checks the
+/// lengths.
+pub(crate) fn gemm_nt(a: &[f32], m: usize, b: &[f32], n: usize, k: usize, c: &mut [f32]) {
+    debug_assert!(a.len() == m * k && b.len() == n * k && c.len() == m * n);
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        c.fill(0.0);
+        return;
+    }
+    match path() {
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx512 => run::<8, 32>(a, b, n, k, c, |a, lda, rows, bp, k, c, ldc, cols| {
+            // SAFETY: the path is only chosen on CPUs with AVX-512F; pointers as `tile` documents.
+            unsafe { x86::tile_avx512(a, lda, rows, bp, k, c, ldc, cols) }
+        }),
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx2 => run::<6, 16>(a, b, n, k, c, |a, lda, rows, bp, k, c, ldc, cols| {
+            // SAFETY: the path is only chosen on CPUs with AVX2 and FMA.
+            unsafe { x86::tile_avx2(a, lda, rows, bp, k, c, ldc, cols) }
+        }),
+        _ => run::<4, 8>(a, b, n, k, c, tile_portable::<4, 8>),
+    }
+}
+
+/// One register tile: rows `a[r·lda ..]` for r < rows (≤ MR), the packed panel `bp` (`k` steps
+/// of NR values), into `c[r·ldc + j]` for j < cols (≤ NR).
+type Tile = fn(*const f32, usize, usize, *const f32, usize, *mut f32, usize, usize);
+
+#[allow(clippy::too_many_arguments)]
+fn run<const MR: usize, const NR: usize>(
+    a: &[f32],
+    b: &[f32],
+    n: usize,
+    k: usize,
+    c: &mut [f32],
+    tile: Tile,
+) {
+    let panels = n.div_ceil(NR);
+    let mut packed = vec![0f32; panels * k * NR];
+    packed
+        .par_chunks_mut(k * NR)
+        .enumerate()
+        .for_each(|(p, panel)| {
+            for j in 0..NR.min(n - p * NR) {
+                let row = &b[(p * NR + j) * k..(p * NR + j + 1) * k];
+                for (kk, &v) in row.iter().enumerate() {
+                    panel[kk * NR + j] = v;
+                }
+            }
+        });
+    c.par_chunks_mut(ROWS_PER_TASK * n)
+        .enumerate()
+        .for_each(|(task, c_rows)| {
+            let r0 = task * ROWS_PER_TASK;
+            let rows = c_rows.len() / n;
+            for p in 0..panels {
+                let cols = NR.min(n - p * NR);
+                let bp = packed[p * k * NR..].as_ptr();
+                let mut r = 0;
+                while r < rows {
+                    let tile_rows = MR.min(rows - r);
+                    let ap = a[(r0 + r) * k..].as_ptr();
+                    let cp = c_rows[r * n + p * NR..].as_mut_ptr();
+                    tile(ap, k, tile_rows, bp, k, cp, n, cols);
+                    r += MR;
+                }
+            }
+        });
+}
+
+/// The portable tile (any CPU): the same k-order sums per output as the SIMD tiles.
+#[allow(clippy::too_many_arguments)]
+fn tile_portable<const MR: usize, const NR: usize>(
+    a: *const f32,
+    lda: usize,
+    rows: usize,
+    bp: *const f32,
+    k: usize,
+    c: *mut f32,
+    ldc: usize,
+    cols: usize,
+) {
+    let mut acc = [[0f32; NR]; MR];
+    for kk in 0..k {
+        // SAFETY: `run` passes panels of k·NR values and rows of lda ≥ k values, r < rows.
+        let bv: &[f32] = unsafe { std::slice::from_raw_parts(bp.add(kk * NR), NR) };
+        for (r, acc_r) in acc.iter_mut().enumerate().take(rows) {
+            let av = unsafe { *a.add(r * lda + kk) };
+            for (x, &bj) in acc_r.iter_mut().zip(bv) {
+                *x = av.mul_add(bj, *x);
+            }
+        }
+    }
+    for (r, acc_r) in acc.iter().enumerate().take(rows) {
+        for (j, &v) in acc_r.iter().enumerate().take(cols) {
+            // SAFETY: the tile's outputs lie inside the caller's chunk of c.
+            unsafe { *c.add(r * ldc + j) = v };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    /// 6 rows × 16 columns: 12 accumulators of 8 lanes. Rows past `rows` read row 0 again and
+    /// are not stored.
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn tile_avx2(
+        a: *const f32,
+        lda: usize,
+        rows: usize,
+        bp: *const f32,
+        k: usize,
+        c: *mut f32,
+        ldc: usize,
+        cols: usize,
+    ) {
+        const MR: usize = 6;
+        let row = |r: usize| if r < rows { a.add(r * lda) } else { a };
+        let ar = [row(0), row(1), row(2), row(3), row(4), row(5)];
+        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
+        for kk in 0..k {
+            let b0 = _mm256_loadu_ps(bp.add(kk * 16));
+            let b1 = _mm256_loadu_ps(bp.add(kk * 16 + 8));
+            for r in 0..MR {
+                let av = _mm256_broadcast_ss(&*ar[r].add(kk));
+                acc[r][0] = _mm256_fmadd_ps(av, b0, acc[r][0]);
+                acc[r][1] = _mm256_fmadd_ps(av, b1, acc[r][1]);
+            }
+        }
+        for (r, acc_r) in acc.iter().enumerate().take(rows) {
+            let mut out = [0f32; 16];
+            _mm256_storeu_ps(out.as_mut_ptr(), acc_r[0]);
+            _mm256_storeu_ps(out.as_mut_ptr().add(8), acc_r[1]);
+            std::ptr::copy_nonoverlapping(out.as_ptr(), c.add(r * ldc), cols);
+        }
+    }
+
+    /// 8 rows × 32 columns: 16 accumulators of 16 lanes.
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn tile_avx512(
+        a: *const f32,
+        lda: usize,
+        rows: usize,
+        bp: *const f32,
+        k: usize,
+        c: *mut f32,
+        ldc: usize,
+        cols: usize,
+    ) {
+        const MR: usize = 8;
+        let row = |r: usize| if r < rows { a.add(r * lda) } else { a };
+        let ar = [
+            row(0),
+            row(1),
+            row(2),
+            row(3),
+            row(4),
+            row(5),
+            row(6),
+            row(7),
+        ];
+        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+        for kk in 0..k {
+            let b0 = _mm512_loadu_ps(bp.add(kk * 32));
+            let b1 = _mm512_loadu_ps(bp.add(kk * 32 + 16));
+            for r in 0..MR {
+                let av = _mm512_set1_ps(*ar[r].add(kk));
+                acc[r][0] = _mm512_fmadd_ps(av, b0, acc[r][0]);
+                acc[r][1] = _mm512_fmadd_ps(av, b1, acc[r][1]);
+            }
+        }
+        for (r, acc_r) in acc.iter().enumerate().take(rows) {
+            let mut out = [0f32; 32];
+            _mm512_storeu_ps(out.as_mut_ptr(), acc_r[0]);
+            _mm512_storeu_ps(out.as_mut_ptr().add(16), acc_r[1]);
+            std::ptr::copy_nonoverlapping(out.as_ptr(), c.add(r * ldc), cols);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(1);
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+            })
+            .collect()
+    }
+
+    /// Every kernel (the CPU's and the portable one) against f64 sums, on shapes with partial
+    /// tiles in both directions.
+    #[test]
+    fn gemm_matches_f64_reference() {
+        for &(m, n, k) in &[
+            (1, 1, 1),
+            (7, 33, 5),
+            (50, 17, 64),
+            (97, 70, 129),
+            (13, 100, 300),
+        ] {
+            let (a, b) = (values(m * k, m as u64), values(n * k, n as u64 + 7));
+            let mut want = vec![0f64; m * n];
+            for i in 0..m {
+                for j in 0..n {
+                    want[i * n + j] = (0..k)
+                        .map(|t| a[i * k + t] as f64 * b[j * k + t] as f64)
+                        .sum();
+                }
+            }
+            let mut c = vec![f32::NAN; m * n];
+            gemm_nt(&a, m, &b, n, k, &mut c);
+            let mut p = vec![f32::NAN; m * n];
+            run::<4, 8>(&a, &b, n, k, &mut p, tile_portable::<4, 8>);
+            // The AVX2 tile on every CPU that has it, whichever path the CPU takes.
+            #[cfg(target_arch = "x86_64")]
+            if Path::all_supported().contains(&Path::Avx2) {
+                let mut q = vec![f32::NAN; m * n];
+                run::<6, 16>(
+                    &a,
+                    &b,
+                    n,
+                    k,
+                    &mut q,
+                    |a, lda, rows, bp, k, c, ldc, cols| unsafe {
+                        x86::tile_avx2(a, lda, rows, bp, k, c, ldc, cols)
+                    },
+                );
+                p.iter()
+                    .zip(&q)
+                    .for_each(|(x, y)| assert!((x - y).abs() < 1e-4, "avx2 {x} vs {y}"));
+            }
+            for (i, w) in want.iter().enumerate() {
+                let tol = 1e-5 * (k as f64).sqrt().max(1.0);
+                assert!(
+                    (c[i] as f64 - w).abs() < tol,
+                    "{m}×{n}×{k} [{i}]: {} vs {w}",
+                    c[i]
+                );
+                assert!(
+                    (p[i] as f64 - w).abs() < tol,
+                    "portable {m}×{n}×{k} [{i}]: {} vs {w}",
+                    p[i]
+                );
+            }
+        }
+    }
+}
