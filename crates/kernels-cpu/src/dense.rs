@@ -107,10 +107,10 @@ pub fn layer_norm(x: &[f32], gamma: &[f32], beta: &[f32], eps: f32) -> Result<Ve
     Ok(y)
 }
 
-/// GELU with the exact error function: `0.5 x (1 + erf(x / √2))` (erf in f64).
+/// GELU with the exact error function: `0.5 x (1 + erf(x / √2))` (erf in f32).
 #[inline]
 pub fn gelu_erf(x: f32) -> f32 {
-    (0.5 * x as f64 * (1.0 + libm::erf(x as f64 * std::f64::consts::FRAC_1_SQRT_2))) as f32
+    0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
 pub fn gelu_erf_inplace(x: &mut [f32]) {
