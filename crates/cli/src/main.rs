@@ -22,11 +22,14 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "synaptix",
     version,
-    about = "Run LLMs from GGUF files on the CPU, from one binary",
+    about = "Run LLMs from GGUF files (CPU or NVIDIA GPU) and Whisper speech recognition, from one binary",
     long_about = "synaptix loads GGUF model files as they are (memory-mapped, any ggml quantization \
-                  it supports) and runs them with its own kernels.\n\n\
+                  it supports) and runs them with its own kernels, on the CPU or an NVIDIA GPU. \
+                  It also transcribes speech with Whisper models (CTranslate2 directories).\n\n\
                   Quick start:\n  scripts/fetch-models.sh gemma3-270m\n  \
-                  synaptix run gemma3-270m \"The capital of France is\""
+                  synaptix run gemma3-270m \"The capital of France is\"\n  \
+                  scripts/fetch-models.sh whisper-base\n  \
+                  synaptix transcribe whisper-base speech.wav"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -51,6 +54,7 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Convert a GGUF file's weight matrices to another type (q8_0, q4_0, f16, ...)
     Quantize(quantize::QuantizeArgs),
+    /// Turn speech into text with a Whisper model (WAV in, timestamped segments out)
     Transcribe(transcribe::TranscribeArgs),
 }
 
