@@ -1,19 +1,21 @@
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::Args;
-use synaptix_bundle::{GgufFile, Value};
+use synaptix_bundle::{Ct2File, GgufFile, Value};
 
 /// Arrays longer than this are shown as their first items and a count.
 const ARRAY_PREVIEW: usize = 8;
 
 #[derive(Args)]
 #[command(
-    after_help = "Examples:\n  synaptix inspect model.gguf\n  synaptix inspect model.gguf --json | jq .totals"
+    after_help = "Examples:\n  synaptix inspect model.gguf\n  synaptix inspect model.gguf --json | jq .totals\n  \
+                  synaptix inspect whisper-base            # a CTranslate2 model directory (model.bin)"
 )]
 pub struct InspectArgs {
-    /// GGUF file, or the name of a fetched model
+    /// GGUF file, CTranslate2 model.bin (or its directory), or the name of a fetched model
     pub file: PathBuf,
     /// Print one JSON object instead of tables
     #[arg(long)]
@@ -25,6 +27,9 @@ pub struct InspectArgs {
 
 pub fn run(mut a: InspectArgs) -> Result<()> {
     a.file = synaptix_bundle::cache::resolve_model(&a.file.to_string_lossy());
+    if let Some(model_bin) = ct2_model(&a.file) {
+        return inspect_ct2(&model_bin, &a);
+    }
     let file = GgufFile::open(&a.file)?;
     let mut totals: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
     for t in file.tensors() {
@@ -118,6 +123,109 @@ pub fn run(mut a: InspectArgs) -> Result<()> {
     for (k, (n, e, b)) in &totals {
         println!(
             "  {k:<8} {n:>5} tensors {:>10} params {:>12}",
+            human_count(*e),
+            human_bytes(*b)
+        );
+    }
+    Ok(())
+}
+
+/// The CTranslate2 `model.bin` that `path` names: a directory holding one, or a file that starts
+/// with a binary version CTranslate2 writes (5 or 6) rather than GGUF's magic.
+fn ct2_model(path: &Path) -> Option<PathBuf> {
+    if path.is_dir() {
+        let bin = path.join("model.bin");
+        return bin.is_file().then_some(bin);
+    }
+    let mut head = [0u8; 4];
+    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
+    matches!(u32::from_le_bytes(head), 5 | 6).then(|| path.to_path_buf())
+}
+
+fn inspect_ct2(path: &Path, a: &InspectArgs) -> Result<()> {
+    let file = Ct2File::open(path)?;
+    let mut totals: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+    for v in file.variables() {
+        let e = totals.entry(v.dtype.name().to_string()).or_default();
+        e.0 += 1;
+        e.1 += v.elements() as u64;
+        e.2 += v.byte_len() as u64;
+    }
+    let n_params: u64 = file.variables().iter().map(|v| v.elements() as u64).sum();
+    let n_bytes: u64 = file.variables().iter().map(|v| v.byte_len() as u64).sum();
+    if a.json {
+        let variables: Vec<_> = if a.no_tensors {
+            Vec::new()
+        } else {
+            file.variables()
+                .iter()
+                .map(|v| {
+                    serde_json::json!({
+                        "name": v.name, "type": v.dtype.name(), "shape": v.shape,
+                        "offset": v.file_offset(), "bytes": v.byte_len(),
+                    })
+                })
+                .collect()
+        };
+        let totals: serde_json::Map<String, serde_json::Value> = totals
+            .iter()
+            .map(|(k, (n, e, b))| {
+                (
+                    k.clone(),
+                    serde_json::json!({"variables": n, "elements": e, "bytes": b}),
+                )
+            })
+            .collect();
+        let out = serde_json::json!({
+            "file": path.display().to_string(),
+            "format": "ctranslate2",
+            "binary_version": file.binary_version(),
+            "spec": file.spec(),
+            "revision": file.revision(),
+            "n_params": n_params,
+            "variable_bytes": n_bytes,
+            "aliases": file.aliases().iter().map(|(a, t)| serde_json::json!({"alias": a, "target": t})).collect::<Vec<_>>(),
+            "variables": variables,
+            "totals": totals,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!(
+        "{}: CTranslate2 model v{}, spec {} (revision {}), {} variables, {} parameters, {}",
+        path.display(),
+        file.binary_version(),
+        file.spec(),
+        file.revision(),
+        file.variables().len(),
+        human_count(n_params),
+        human_bytes(n_bytes)
+    );
+    if !a.no_tensors {
+        println!("\nvariables:");
+        let width = file
+            .variables()
+            .iter()
+            .map(|v| v.name.len())
+            .max()
+            .unwrap_or(0);
+        for v in file.variables() {
+            println!(
+                "  {:<width$} {:<8} {:<16} {:>12}",
+                v.name,
+                v.dtype.name(),
+                format!("{:?}", v.shape),
+                human_bytes(v.byte_len() as u64)
+            );
+        }
+    }
+    for (alias, target) in file.aliases() {
+        println!("  alias {alias} -> {target}");
+    }
+    println!("\ntotals by type:");
+    for (k, (n, e, b)) in &totals {
+        println!(
+            "  {k:<8} {n:>5} variables {:>10} params {:>12}",
             human_count(*e),
             human_bytes(*b)
         );
