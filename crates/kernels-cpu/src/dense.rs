@@ -4,31 +4,31 @@
 //! Shapes are checked and mismatches are [`Error::ShapeMismatch`].
 
 use rayon::prelude::*;
-use synaptix_core::{DType, Error, Result};
+use synaptix_core::{Error, Result};
 
-use crate::gemm::gemm_nt;
-use crate::quant::{matmul, WeightView};
+pub use crate::gemm::WeightRef;
+use crate::gemm::{gemm_nt, gemv_nt};
 
 fn mismatch(op: &'static str, detail: String) -> Error {
     Error::ShapeMismatch { op, detail }
 }
 
-/// From this many rows on, [`linear_f32`] runs the register-tiled product (`gemm`): below it,
+/// From this many rows on, [`linear`] runs the register-tiled product (`gemm`): below it,
 /// packing the weight would cost more than it saves.
 const GEMM_MIN_ROWS: usize = 16;
 
-/// `y[m×n] = x[m×k] · Wᵀ (+ bias)` for an f32 weight `w: [n, k]`, on the ambient rayon pool:
-/// under 16 rows each output is the f32 dot of [`matmul`], from 16 rows on the register tiles of
-/// `gemm` (k-order sums per lane).
-pub fn linear_f32(
+/// `y[m×n] = x[m×k] · Wᵀ (+ bias)` for a weight `w: [n, k]` stored as f32 or f16 (converted
+/// exactly: the same results as its f32 copy). From 16 rows on the register tiles of `gemm` run
+/// on the rayon pool, below it one dot per output on the decode team.
+pub fn linear(
     x: &[f32],
     m: usize,
-    w: &[f32],
+    w: WeightRef,
     n: usize,
     k: usize,
     bias: Option<&[f32]>,
 ) -> Result<Vec<f32>> {
-    const OP: &str = "linear_f32";
+    const OP: &str = "linear";
     if w.len() != n * k {
         return Err(mismatch(
             OP,
@@ -50,19 +50,12 @@ pub fn linear_f32(
         ));
     }
     let mut y = vec![0f32; m * n];
-    if m >= GEMM_MIN_ROWS {
+    if k == 0 {
+        // Empty sums.
+    } else if m >= GEMM_MIN_ROWS {
         gemm_nt(x, m, w, n, k, &mut y);
     } else {
-        // Viewing f32s as bytes is always valid; x86_64 and aarch64 Linux are little-endian,
-        // the kernels' byte order.
-        let data = unsafe { std::slice::from_raw_parts(w.as_ptr() as *const u8, w.len() * 4) };
-        let view = WeightView {
-            dtype: DType::F32,
-            data,
-            rows: n,
-            cols: k,
-        };
-        matmul(view, x, m, &mut y)?;
+        gemv_nt(x, m, w, n, k, &mut y);
     }
     if let Some(b) = bias {
         for row in y.chunks_exact_mut(n) {
@@ -70,6 +63,18 @@ pub fn linear_f32(
         }
     }
     Ok(y)
+}
+
+/// [`linear`] of an f32 weight.
+pub fn linear_f32(
+    x: &[f32],
+    m: usize,
+    w: &[f32],
+    n: usize,
+    k: usize,
+    bias: Option<&[f32]>,
+) -> Result<Vec<f32>> {
+    linear(x, m, WeightRef::F32(w), n, k, bias)
 }
 
 /// LayerNorm of each row of `gamma.len()` values in place: `(x - mean) / sqrt(var + eps) · gamma

@@ -11,12 +11,60 @@ use rayon::prelude::*;
 
 use crate::cpu::{path, Path};
 
+/// A weight `[n, k]` as the dense products read it: f32, or IEEE half bits (converted exactly to
+/// f32 inside the products, so an f16 weight gives the results of its f32 copy with half the
+/// bytes to read).
+#[derive(Debug, Clone, Copy)]
+pub enum WeightRef<'a> {
+    F32(&'a [f32]),
+    F16(&'a [u16]),
+}
+
+impl WeightRef<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            WeightRef::F32(w) => w.len(),
+            WeightRef::F16(w) => w.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Row `j` of `k` values as f32: borrowed, or converted into `buf`.
+    #[inline]
+    fn row<'b>(&'b self, j: usize, k: usize, buf: &'b mut [f32]) -> &'b [f32] {
+        match self {
+            WeightRef::F32(w) => &w[j * k..(j + 1) * k],
+            WeightRef::F16(w) => {
+                f16_to_f32_slice(&w[j * k..(j + 1) * k], &mut buf[..k]);
+                &buf[..k]
+            }
+        }
+    }
+}
+
+/// Half bits to f32, exactly (F16C or AVX-512 conversions where the CPU has them).
+pub(crate) fn f16_to_f32_slice(src: &[u16], dst: &mut [f32]) {
+    debug_assert_eq!(src.len(), dst.len());
+    #[cfg(target_arch = "x86_64")]
+    if matches!(path(), Path::Avx2 | Path::Avx512) {
+        // SAFETY: both paths require F16C (Path::Avx2's definition) and AVX.
+        unsafe { x86::f16_to_f32_f16c(src, dst) };
+        return;
+    }
+    for (d, &h) in dst.iter_mut().zip(src) {
+        *d = crate::quant::float::f16_to_f32(h);
+    }
+}
+
 /// Row chunks per parallel task: a multiple of every kernel's MR (6 and 8).
 const ROWS_PER_TASK: usize = 48;
 
 /// `c = a · bᵀ`: `a: [m, k]`, `b: [n, k]`, `c: [m, n]`, all row-major. The caller checks the
 /// lengths.
-pub(crate) fn gemm_nt(a: &[f32], m: usize, b: &[f32], n: usize, k: usize, c: &mut [f32]) {
+pub(crate) fn gemm_nt(a: &[f32], m: usize, b: WeightRef, n: usize, k: usize, c: &mut [f32]) {
     debug_assert!(a.len() == m * k && b.len() == n * k && c.len() == m * n);
     if m == 0 || n == 0 {
         return;
@@ -40,6 +88,90 @@ pub(crate) fn gemm_nt(a: &[f32], m: usize, b: &[f32], n: usize, k: usize, c: &mu
     }
 }
 
+/// An output pointer the team's threads write disjoint ranges of.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: each team thread writes only its own rows' outputs (see `gemv_nt`).
+unsafe impl Sync for OutPtr {}
+unsafe impl Send for OutPtr {}
+
+impl OutPtr {
+    /// The pointer at offset `i` (a method, so closures capture the `Sync` wrapper).
+    fn at(self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
+    }
+}
+
+/// `c = a · bᵀ` for few rows of `a` (decode steps): each weight row is read once, converted if
+/// f16, and dotted with every row of `a` ([`dot`]); the weight rows are split between the decode
+/// team's threads, so every output is the same whatever the thread count.
+pub(crate) fn gemv_nt(a: &[f32], m: usize, b: WeightRef, n: usize, k: usize, c: &mut [f32]) {
+    debug_assert!(a.len() == m * k && b.len() == n * k && c.len() == m * n);
+    if m == 0 || n == 0 {
+        return;
+    }
+    let team = crate::team::team();
+    let threads = team.threads();
+    let per = n.div_ceil(threads).next_multiple_of(16);
+    let out = OutPtr(c.as_mut_ptr());
+    let dot = dot_fn();
+    team.run(&|t| {
+        let r0 = t * per;
+        let mut buf = vec![0f32; if matches!(b, WeightRef::F16(_)) { k } else { 0 }];
+        for j in r0..n.min(r0 + per) {
+            let row = b.row(j, k, &mut buf);
+            for i in 0..m {
+                // SAFETY: output (i, j) belongs to this thread's rows [r0, r0 + per); `c` holds
+                // m × n outputs borrowed mutably by the caller for this call.
+                unsafe { *out.at(i * n + j) = dot(row, &a[i * k..(i + 1) * k]) };
+            }
+        }
+    });
+}
+
+/// The dot product of two equal-length f32 slices for the CPU: 64 partial sums (four vectors of
+/// 16 lanes), combined in a fixed order.
+fn dot_fn() -> fn(&[f32], &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    match path() {
+        // SAFETY (both): the paths are only chosen on CPUs with these features.
+        Path::Avx512 => return |w, a| unsafe { x86::dot_avx512(w, a) },
+        Path::Avx2 => return |w, a| unsafe { x86::dot_avx2(w, a) },
+        _ => {}
+    }
+    dot_portable
+}
+
+#[inline(always)]
+fn dot_body(w: &[f32], a: &[f32]) -> f32 {
+    const LANES: usize = 64;
+    let mut acc = [0f32; LANES];
+    let mut wc = w.chunks_exact(LANES);
+    let mut ac = a.chunks_exact(LANES);
+    for (wv, av) in (&mut wc).zip(&mut ac) {
+        for l in 0..LANES {
+            acc[l] += wv[l] * av[l];
+        }
+    }
+    let mut tail = 0f32;
+    for (x, y) in wc.remainder().iter().zip(ac.remainder()) {
+        tail += x * y;
+    }
+    // Pairwise: 64 → 1.
+    let mut width = LANES / 2;
+    while width > 0 {
+        for l in 0..width {
+            acc[l] += acc[l + width];
+        }
+        width /= 2;
+    }
+    acc[0] + tail
+}
+
+fn dot_portable(w: &[f32], a: &[f32]) -> f32 {
+    dot_body(w, a)
+}
+
 /// One register tile: rows `a[r·lda ..]` for r < rows (≤ MR), the packed panel `bp` (`k` steps
 /// of NR values), into `c[r·ldc + j]` for j < cols (≤ NR).
 type Tile = fn(*const f32, usize, usize, *const f32, usize, *mut f32, usize, usize);
@@ -47,7 +179,7 @@ type Tile = fn(*const f32, usize, usize, *const f32, usize, *mut f32, usize, usi
 #[allow(clippy::too_many_arguments)]
 fn run<const MR: usize, const NR: usize>(
     a: &[f32],
-    b: &[f32],
+    b: WeightRef,
     n: usize,
     k: usize,
     c: &mut [f32],
@@ -59,8 +191,9 @@ fn run<const MR: usize, const NR: usize>(
         .par_chunks_mut(k * NR)
         .enumerate()
         .for_each(|(p, panel)| {
+            let mut buf = vec![0f32; if matches!(b, WeightRef::F16(_)) { k } else { 0 }];
             for j in 0..NR.min(n - p * NR) {
-                let row = &b[(p * NR + j) * k..(p * NR + j + 1) * k];
+                let row = b.row(p * NR + j, k, &mut buf);
                 for (kk, &v) in row.iter().enumerate() {
                     panel[kk * NR + j] = v;
                 }
@@ -121,6 +254,30 @@ fn tile_portable<const MR: usize, const NR: usize>(
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx,f16c")]
+    pub(super) unsafe fn f16_to_f32_f16c(src: &[u16], dst: &mut [f32]) {
+        let n = src.len().min(dst.len());
+        let mut i = 0;
+        while i + 8 <= n {
+            let h = _mm_loadu_si128(src.as_ptr().add(i) as *const __m128i);
+            _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+            i += 8;
+        }
+        for j in i..n {
+            dst[j] = crate::quant::float::f16_to_f32(src[j]);
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn dot_avx512(w: &[f32], a: &[f32]) -> f32 {
+        super::dot_body(w, a)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn dot_avx2(w: &[f32], a: &[f32]) -> f32 {
+        super::dot_body(w, a)
+    }
 
     /// 6 rows × 16 columns: 12 accumulators of 8 lanes. Rows past `rows` read row 0 again and
     /// are not stored.
@@ -205,6 +362,31 @@ mod x86 {
 mod tests {
     use super::*;
 
+    /// An f16 weight gives exactly what its f32 copy gives, in both products.
+    #[test]
+    fn f16_weights_equal_their_f32_copies() {
+        let (m, n, k) = (20, 45, 130);
+        let a = values(m * k, 3);
+        let h: Vec<u16> = values(n * k, 4)
+            .iter()
+            .map(|&v| half::f16::from_f32(v).to_bits())
+            .collect();
+        let f: Vec<f32> = h
+            .iter()
+            .map(|&b| half::f16::from_bits(b).to_f32())
+            .collect();
+        for rows in [m, 3] {
+            let (mut x, mut y) = (vec![0f32; rows * n], vec![0f32; rows * n]);
+            let a = &a[..rows * k];
+            gemm_nt(a, rows, WeightRef::F16(&h), n, k, &mut x);
+            gemm_nt(a, rows, WeightRef::F32(&f), n, k, &mut y);
+            assert_eq!(x, y);
+            gemv_nt(a, rows, WeightRef::F16(&h), n, k, &mut x);
+            gemv_nt(a, rows, WeightRef::F32(&f), n, k, &mut y);
+            assert_eq!(x, y);
+        }
+    }
+
     fn values(n: usize, seed: u64) -> Vec<f32> {
         let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15).wrapping_add(1);
         (0..n)
@@ -238,16 +420,18 @@ mod tests {
                 }
             }
             let mut c = vec![f32::NAN; m * n];
-            gemm_nt(&a, m, &b, n, k, &mut c);
+            gemm_nt(&a, m, WeightRef::F32(&b), n, k, &mut c);
+            let mut g = vec![f32::NAN; m * n];
+            gemv_nt(&a, m, WeightRef::F32(&b), n, k, &mut g);
             let mut p = vec![f32::NAN; m * n];
-            run::<4, 8>(&a, &b, n, k, &mut p, tile_portable::<4, 8>);
+            run::<4, 8>(&a, WeightRef::F32(&b), n, k, &mut p, tile_portable::<4, 8>);
             // The AVX2 tile on every CPU that has it, whichever path the CPU takes.
             #[cfg(target_arch = "x86_64")]
             if Path::all_supported().contains(&Path::Avx2) {
                 let mut q = vec![f32::NAN; m * n];
                 run::<6, 16>(
                     &a,
-                    &b,
+                    WeightRef::F32(&b),
                     n,
                     k,
                     &mut q,
