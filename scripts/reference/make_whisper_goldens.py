@@ -4,7 +4,13 @@
 Writes tests/fixtures/whisper/speech16k.wav (16 kHz mono 16-bit: espeak-ng's output resampled
 by faster-whisper's decoder, PyAV) and tests/fixtures/whisper/goldens.json: for each clip the
 language CTranslate2 detects, the greedy tokens (beam 1, faster-whisper's default suppression,
-no timestamps) and the first step's largest logits.
+no timestamps) and the first step's largest logits. Under `timestamped`: faster-whisper's
+default timestamp mode (`WhisperModel.transcribe` with beam 1, temperature 0 only, no
+conditioning on previous text, no VAD) on the clip and on longer clips assembled from it, each
+described by `parts` (sample ranges of the clip and runs of zero samples, concatenated) so that
+synaptix's test builds the same samples: the language, the number of windows decoded and
+skipped as silence, and every segment's seek, start, end, tokens, text, avg_logprob and
+no_speech_prob.
 
 The features are faster-whisper's FeatureExtractor of the WAV as stored (int16 / 32768), the
 first 30-second window as faster-whisper cuts it, so synaptix's test reads the same samples.
@@ -14,6 +20,7 @@ that `scripts/fetch-models.sh whisper-base` assembles. Usage:
     python3 scripts/reference/make_whisper_goldens.py [MODEL_DIR]
 """
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -22,6 +29,7 @@ import wave
 
 import numpy as np
 import ctranslate2
+from faster_whisper import WhisperModel
 from faster_whisper.audio import decode_audio
 from faster_whisper.feature_extractor import FeatureExtractor
 from faster_whisper.tokenizer import Tokenizer
@@ -38,6 +46,18 @@ TEXT = ("The quick brown fox jumps over the lazy dog. "
         "Speech recognition runs on the processor without any network. "
         "Seven hundred and twenty three people attended the meeting on Tuesday.")
 TOP = 20
+CLIP = None  # the clip's length in samples, a "to" of None
+# Longer inputs built from the clip: {"clip": [from, to]} takes samples [from, to) of it (to None:
+# its end), {"zeros": n} appends n zero samples.
+ASSEMBLED = [
+    ("speech16k", [{"clip": [0, CLIP]}]),
+    # ~51 s: two windows, the second starting at the first one's last timestamp pair.
+    ("clip_gap_clip_clip_clip", [{"clip": [0, CLIP]}, {"zeros": 3 * 16000}, {"clip": [0, CLIP]},
+                                 {"clip": [0, CLIP]}, {"clip": [0, CLIP]}]),
+    # ~65 s: windows ending in a single timestamp, and a last window of silence skipped.
+    ("clip_silence_head_silence", [{"clip": [0, CLIP]}, {"zeros": 20 * 16000},
+                                   {"clip": [0, 3 * 16000]}, {"zeros": 30 * 16000}]),
+]
 
 
 def synthesize(path):
@@ -57,6 +77,71 @@ def read_wav(path):
     with wave.open(path, "rb") as w:
         assert w.getframerate() == 16000 and w.getnchannels() == 1 and w.getsampwidth() == 2
         return np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768.0
+
+
+def assemble(samples, parts):
+    out = []
+    for part in parts:
+        if "zeros" in part:
+            out.append(np.zeros(part["zeros"], dtype=np.float32))
+        else:
+            start, end = part["clip"]
+            out.append(samples[start:end])
+    return np.concatenate(out).astype(np.float32)
+
+
+class CountWindows(logging.Handler):
+    """faster-whisper's debug log: one "Processing segment at" per window decoded, one
+    "No speech threshold is met" per window skipped as silence."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.windows = 0
+        self.skipped = 0
+
+    def emit(self, record):
+        message = record.getMessage()
+        if message.startswith("Processing segment at"):
+            self.windows += 1
+        elif message.startswith("No speech threshold is met"):
+            self.skipped += 1
+
+
+def timestamped(samples):
+    model = WhisperModel(MODEL, device="cpu", compute_type="float32")
+    logger = logging.getLogger("faster_whisper")
+    logger.setLevel(logging.DEBUG)
+    out = []
+    for name, parts in ASSEMBLED:
+        audio = assemble(samples, parts)
+        counter = CountWindows()
+        logger.addHandler(counter)
+        segments, info = model.transcribe(audio, beam_size=1, temperature=0.0,
+                                          condition_on_previous_text=False, vad_filter=False,
+                                          without_timestamps=False)
+        segments = list(segments)
+        logger.removeHandler(counter)
+        out.append({
+            "name": name,
+            "parts": parts,
+            "samples": int(audio.shape[0]),
+            "language": info.language,
+            "language_probability": info.language_probability,
+            "windows": counter.windows,
+            "windows_skipped": counter.skipped,
+            "segments": [{
+                "seek": s.seek,
+                "start": s.start,
+                "end": s.end,
+                "tokens": s.tokens,
+                "text": s.text,
+                "avg_logprob": s.avg_logprob,
+                "no_speech_prob": s.no_speech_prob,
+            } for s in segments],
+        })
+        print(name, "%.2f s," % (audio.shape[0] / 16000), counter.windows, "windows,",
+              counter.skipped, "skipped,", len(segments), "segments")
+    return out
 
 
 def main():
@@ -106,6 +191,7 @@ def main():
     if first is not None:
         order = np.argsort(-first)[:TOP]
         golden["clips"][0]["first_step_top"] = [[int(i), float(first[i])] for i in order]
+    golden["timestamped"] = timestamped(samples)
     with open(os.path.join(OUT, "goldens.json"), "w") as f:
         json.dump(golden, f, indent=1)
         f.write("\n")

@@ -7,15 +7,26 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use synaptix_core::Device;
-use synaptix_models::whisper::{Whisper, WhisperFiles, WhisperTokens, WINDOW_FRAMES};
+use synaptix_models::whisper::{
+    TranscribeEvent, TranscribeOptions, Whisper, WhisperFiles, WhisperTokens,
+};
 use synaptix_tokenizer::Tokenizer;
 
 #[derive(Args)]
-#[command(after_help = "Examples:\n  \
+#[command(
+    after_help = "Prints one line per segment, `[mm:ss.mmm --> mm:ss.mmm]  text`, as the \
+    windows are decoded. Decoding follows faster-whisper's defaults with beam 1 and temperature \
+    0 (no fallback): timestamp tokens split each 30-second window into segments, the next window \
+    starts at the last complete segment's end, windows likely silent (no-speech probability \
+    above 0.6 and average log-probability at most -1) are skipped, and the previous text is not \
+    fed back.\n\n\
+    Examples:\n  \
     scripts/fetch-models.sh whisper-base\n  \
     synaptix transcribe whisper-base speech.wav\n  \
     synaptix transcribe whisper-base interview.wav --language de --translate\n  \
-    synaptix transcribe ~/models/whisper-base speech.wav --json")]
+    synaptix transcribe ~/models/whisper-base speech.wav --json\n  \
+    synaptix transcribe whisper-base speech.wav --no-timestamps"
+)]
 pub struct TranscribeArgs {
     /// Whisper model directory in CTranslate2's layout (model.bin, config.json, tokenizer.json,
     /// as faster-whisper uses), or the name of a fetched model (whisper-base)
@@ -34,9 +45,14 @@ pub struct TranscribeArgs {
     /// Where to run: auto or cpu (Whisper runs on the CPU for now; cuda is an error)
     #[arg(long, default_value = "auto")]
     pub device: String,
-    /// Print one JSON object (language, text, token ids, timings) instead of streaming text
+    /// Print one JSON object (language, text, token ids, segments with start and end seconds,
+    /// timings) instead of streaming segments
     #[arg(long)]
     pub json: bool,
+    /// Decode without timestamp tokens: consecutive 30-second windows cut blindly, the text
+    /// streamed token by token (a line per window), no segments in the JSON
+    #[arg(long)]
+    pub no_timestamps: bool,
 }
 
 pub fn run(a: TranscribeArgs) -> Result<()> {
@@ -79,75 +95,69 @@ pub fn run(a: TranscribeArgs) -> Result<()> {
     let mel = synaptix_audio::whisper_log_mel(&samples, model.dims().n_mels)?;
     let mel_s = t1.elapsed().as_secs_f64();
     let audio_s = samples.len() as f64 / synaptix_audio::WHISPER_SAMPLE_RATE as f64;
-    // faster-whisper's content frames: the features but their last frame.
-    let content = mel.frames.saturating_sub(1);
 
     let task = if a.translate {
         tokens.translate
     } else {
         tokens.transcribe
     };
-    let mut language: Option<(String, f32)> = None;
-    let mut all_tokens = Vec::new();
-    let mut text = String::new();
-    let (mut encode_s, mut decode_s, mut windows) = (0f64, 0f64, 0usize);
+    let mut options = TranscribeOptions::new(task, language_token);
+    options.timestamps = !a.no_timestamps;
+    let decode =
+        |ids: &[u32]| String::from_utf8_lossy(&tokenizer.detokenize(ids, true, false)).into_owned();
+    let json = a.json;
+    let timestamps = options.timestamps;
     let stdout = std::io::stdout();
-    let mut seek = 0;
-    while seek < content || (seek == 0 && content == 0) {
-        let len = WINDOW_FRAMES.min(content - seek);
-        // The window [seek, seek + len) of every mel row, zero-padded to WINDOW_FRAMES.
-        let mut window = vec![0f32; mel.n_mels * WINDOW_FRAMES];
-        for (c, row) in window.chunks_exact_mut(WINDOW_FRAMES).enumerate() {
-            let src = &mel.values[c * mel.frames + seek..c * mel.frames + seek + len];
-            row[..len].copy_from_slice(src);
-        }
-        let te = Instant::now();
-        let encoded = model.encode(&window)?;
-        encode_s += te.elapsed().as_secs_f64();
-        let td = Instant::now();
-        let lang_token = match (language_token, &language) {
-            (Some(t), _) => t,
-            (None, Some((code, _))) => tokens.language(code).unwrap_or(tokens.languages[0].0),
-            (None, None) => {
-                let (code, p) = model.detect_language(&encoded, &tokens)?;
-                if !a.json {
-                    eprintln!("language: {code} (probability {p:.2})");
-                }
-                let t = tokens.language(&code).unwrap_or(tokens.languages[0].0);
-                language = Some((code, p));
-                t
+    let mut stream = tokenizer.stream_decoder();
+    let mut on_event = |event: TranscribeEvent| {
+        let mut out = stdout.lock();
+        match event {
+            TranscribeEvent::Language { code, probability } if !json => {
+                eprintln!("language: {code} (probability {probability:.2})");
             }
-        };
-        let prompt = [tokens.sot, lang_token, task, tokens.no_timestamps];
-        let mut stream = tokenizer.stream_decoder();
-        let mut lock = stdout.lock();
-        let json = a.json;
-        let mut on_token = |id: u32| {
-            if !json {
-                let _ = write!(lock, "{}", stream.push(id));
-                let _ = lock.flush();
+            // Without timestamps the text streams token by token, a line per window.
+            TranscribeEvent::Token(id) if !json && !timestamps => {
+                let _ = write!(out, "{}", stream.push(id));
+                let _ = out.flush();
             }
-        };
-        let (ids, _) = model.generate(&encoded, &prompt, &tokens, &mut on_token)?;
-        if !json {
-            let _ = writeln!(lock, "{}", stream.finish());
+            TranscribeEvent::Segment(_) if !json && !timestamps => {
+                let _ = writeln!(out, "{}", stream.finish());
+            }
+            TranscribeEvent::Segment(s) if !json => {
+                let _ = writeln!(
+                    out,
+                    "[{} --> {}]  {}",
+                    clock(s.start),
+                    clock(s.end),
+                    s.text.trim()
+                );
+                let _ = out.flush();
+            }
+            _ => {}
         }
-        decode_s += td.elapsed().as_secs_f64();
-        text.push_str(&String::from_utf8_lossy(
-            &tokenizer.detokenize(&ids, true, false),
-        ));
-        all_tokens.extend(ids);
-        windows += 1;
-        seek += WINDOW_FRAMES.max(1);
-        if content == 0 {
-            break;
-        }
-    }
-    let language = language
+    };
+    let result = model.transcribe(
+        &mel.values,
+        mel.frames,
+        &tokens,
+        &options,
+        &decode,
+        &mut on_event,
+    )?;
+    let text: String = result.segments.iter().map(|s| s.text.as_str()).collect();
+    let all_tokens: Vec<u32> = result
+        .segments
+        .iter()
+        .flat_map(|s| s.tokens.iter().copied())
+        .collect();
+    let language = result
+        .language
+        .clone()
         .map(|(c, p)| (c, Some(p)))
         .unwrap_or_else(|| (a.language.clone(), None));
+    let (encode_s, decode_s, windows) = (result.encode_s, result.decode_s, result.windows);
     if a.json {
-        let out = serde_json::json!({
+        let mut out = serde_json::json!({
             "model": model_arg.display().to_string(),
             "audio": a.audio.display().to_string(),
             "audio_seconds": audio_s,
@@ -160,6 +170,22 @@ pub fn run(a: TranscribeArgs) -> Result<()> {
             "threads": threads,
             "timings": {"load_s": load_s, "mel_s": mel_s, "encode_s": encode_s, "decode_s": decode_s},
         });
+        if timestamps {
+            out["segments"] = result
+                .segments
+                .iter()
+                .map(|s| {
+                    serde_json::json!({
+                        "start": s.start,
+                        "end": s.end,
+                        "text": s.text,
+                        "tokens": s.tokens,
+                        "avg_logprob": s.avg_logprob,
+                        "no_speech_prob": s.no_speech_prob,
+                    })
+                })
+                .collect();
+        }
         println!("{out}");
     } else {
         let total = mel_s + encode_s + decode_s;
@@ -170,4 +196,15 @@ pub fn run(a: TranscribeArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Seconds as `mm:ss.mmm`, or `h:mm:ss.mmm` from an hour on.
+fn clock(seconds: f64) -> String {
+    let ms = (seconds.max(0.0) * 1000.0).round() as u64;
+    let (h, m, s, ms) = (ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000);
+    if h > 0 {
+        format!("{h}:{m:02}:{s:02}.{ms:03}")
+    } else {
+        format!("{m:02}:{s:02}.{ms:03}")
+    }
 }

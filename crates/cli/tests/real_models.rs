@@ -506,8 +506,10 @@ fn chat_rejects_a_broken_template() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// `transcribe` on the Whisper fixture: the streamed text and the JSON's text and tokens are
-/// CTranslate2's (tests/fixtures/whisper/goldens.json), the language detected.
+/// `transcribe` on the Whisper fixture: by default one streamed line per segment and JSON
+/// segments, all faster-whisper's (tests/fixtures/whisper/goldens.json, `timestamped`); with
+/// `--no-timestamps` the streamed text and the JSON's text and tokens are CTranslate2's greedy
+/// decoding without timestamps (`clips`). The language is detected.
 #[test]
 fn transcribe_streams_and_reports_json() {
     let dir = model("whisper-base");
@@ -520,16 +522,76 @@ fn transcribe_streams_and_reports_json() {
             .unwrap();
     let clip = &g["clips"][0];
     let wav = format!("{fixtures}/{}", clip["wav"].as_str().unwrap());
+    let timed = &g["timestamped"][0];
+    assert_eq!(timed["name"], "speech16k");
+    let segments = timed["segments"].as_array().unwrap();
+    let clock = |s: &serde_json::Value| {
+        let ms = (s.as_f64().unwrap() * 1000.0).round() as u64;
+        format!("{:02}:{:02}.{:03}", ms / 60_000, ms / 1000 % 60, ms % 1000)
+    };
+    let lines: Vec<String> = segments
+        .iter()
+        .map(|s| {
+            format!(
+                "[{} --> {}]  {}",
+                clock(&s["start"]),
+                clock(&s["end"]),
+                s["text"].as_str().unwrap().trim()
+            )
+        })
+        .collect();
+
     let out = synaptix(&["transcribe", &dir, &wav, "-t", "2"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("language: en"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.lines().collect::<Vec<_>>(), lines, "{stdout}");
+    assert!(stdout.starts_with("[00:00.000 --> 00:0"), "{stdout}");
+
+    let j = json_ok(&["transcribe", &dir, &wav, "--language", "en", "--json"]);
+    let text: String = segments
+        .iter()
+        .map(|s| s["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(j["text"].as_str().unwrap(), text.trim());
+    let tokens: Vec<serde_json::Value> = segments
+        .iter()
+        .flat_map(|s| s["tokens"].as_array().unwrap().clone())
+        .collect();
+    assert_eq!(j["tokens"].as_array().unwrap(), &tokens);
+    assert_eq!(j["language"], "en");
+    assert_eq!(j["windows"], 1);
+    let got = j["segments"].as_array().unwrap();
+    assert_eq!(got.len(), segments.len());
+    for (s, w) in got.iter().zip(segments) {
+        assert_eq!(s["tokens"], w["tokens"]);
+        assert_eq!(s["text"], w["text"]);
+        for key in ["start", "end"] {
+            let (a, b) = (s[key].as_f64().unwrap(), w[key].as_f64().unwrap());
+            assert!((a - b).abs() < 1e-9, "{key}: {a} vs {b}");
+        }
+    }
+
+    // Without timestamps: today's blind windows, streamed token by token.
+    let out = synaptix(&["transcribe", &dir, &wav, "-t", "2", "--no-timestamps"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("language: en"), "{stderr}");
     let want = clip["text"].as_str().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), want);
-
-    let j = json_ok(&["transcribe", &dir, &wav, "--language", "en", "--json"]);
+    let j = json_ok(&[
+        "transcribe",
+        &dir,
+        &wav,
+        "--language",
+        "en",
+        "--json",
+        "--no-timestamps",
+    ]);
     assert_eq!(j["text"].as_str().unwrap(), want.trim());
     assert_eq!(j["tokens"], clip["tokens"]);
     assert_eq!(j["language"], "en");
     assert_eq!(j["windows"], 1);
+    assert!(j.get("segments").is_none(), "{j}");
 }
