@@ -176,13 +176,13 @@ unsafe fn gelu_slice_avx2(x: &mut [f32]) {
 /// 1-D convolution over time: `x: [t_in, c_in]` (time-major), `w: [c_out, c_in, kernel]`, zero
 /// padding `pad` on both sides, `stride`; returns `[t_out, c_out]` with `t_out = (t_in + 2 pad -
 /// kernel) / stride + 1`. Each output row is a dot of the weight row with the window unrolled
-/// as `[c_in][kernel]` (im2col), so the product runs as [`linear_f32`].
+/// as `[c_in][kernel]` (im2col), so the product runs as [`linear`].
 #[allow(clippy::too_many_arguments)]
 pub fn conv1d(
     x: &[f32],
     t_in: usize,
     c_in: usize,
-    w: &[f32],
+    w: WeightRef,
     c_out: usize,
     kernel: usize,
     bias: Option<&[f32]>,
@@ -217,7 +217,7 @@ pub fn conv1d(
                 }
             }
         });
-    Ok((linear_f32(&unrolled, t_out, w, c_out, cols, bias)?, t_out))
+    Ok((linear(&unrolled, t_out, w, c_out, cols, bias)?, t_out))
 }
 
 /// One head's rows `[rows, head_dim]` gathered from `x: [rows, stride]` at column `offset`.
@@ -565,8 +565,18 @@ mod tests {
             values(c_out, 7),
         );
         for stride in [1, 2] {
-            let (y, t_out) =
-                conv1d(&x, t_in, c_in, &w, c_out, kernel, Some(&b), stride, 1).unwrap();
+            let (y, t_out) = conv1d(
+                &x,
+                t_in,
+                c_in,
+                WeightRef::F32(&w),
+                c_out,
+                kernel,
+                Some(&b),
+                stride,
+                1,
+            )
+            .unwrap();
             assert_eq!(t_out, (t_in + 2 - kernel) / stride + 1);
             for t in 0..t_out {
                 for o in 0..c_out {

@@ -17,9 +17,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use synaptix_bundle::ct2::Ct2File;
+use synaptix_bundle::ct2::{Ct2DType, Ct2File};
 use synaptix_kernels_cpu::dense::{
-    attention, attention_heads, conv1d, gelu_erf_inplace, layer_norm, linear_f32, HeadsKv,
+    attention, attention_heads, conv1d, gelu_erf_inplace, layer_norm, linear, HeadsKv, WeightRef,
 };
 
 use crate::{ModelError, Result};
@@ -37,9 +37,58 @@ fn bad(path: &Path, problem: impl Into<String>) -> ModelError {
     }
 }
 
-/// `[out, in]` f32 weight with its bias.
+/// A weight matrix `[rows, cols]` as the file stores it: float16 kept as half bits (the products
+/// convert them exactly, so the results are those of an f32 copy, with half the bytes to read),
+/// any other type converted to f32.
+enum Stored {
+    F32(Vec<f32>),
+    F16(Vec<u16>),
+}
+
+impl Stored {
+    fn load(file: &Ct2File, name: &str, rows: usize, cols: usize) -> Result<Stored> {
+        match file.get(name) {
+            Some(v) if v.dtype == Ct2DType::F16 && v.elements() == rows * cols => {
+                let bytes = file.bytes(v);
+                Ok(Stored::F16(
+                    bytes
+                        .chunks_exact(2)
+                        .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                        .collect(),
+                ))
+            }
+            // Any other case: f32_matrix converts, or names the missing variable or the shape.
+            _ => Ok(Stored::F32(file.f32_matrix(name, rows, cols)?)),
+        }
+    }
+
+    fn weight(&self) -> WeightRef<'_> {
+        match self {
+            Stored::F32(w) => WeightRef::F32(w),
+            Stored::F16(w) => WeightRef::F16(w),
+        }
+    }
+
+    /// Row `j` of `cols` values, as f32, appended to `out`.
+    fn extend_row(&self, j: usize, cols: usize, out: &mut Vec<f32>) {
+        match self {
+            Stored::F32(w) => out.extend_from_slice(&w[j * cols..(j + 1) * cols]),
+            Stored::F16(w) => out.extend(
+                w[j * cols..(j + 1) * cols]
+                    .iter()
+                    .map(|&h| f16_bits_to_f32(h)),
+            ),
+        }
+    }
+}
+
+fn f16_bits_to_f32(h: u16) -> f32 {
+    half::f16::from_bits(h).to_f32()
+}
+
+/// `[out, in]` weight with its bias.
 struct Dense {
-    w: Vec<f32>,
+    w: Stored,
     b: Option<Vec<f32>>,
     out: usize,
     inp: usize,
@@ -47,7 +96,7 @@ struct Dense {
 
 impl Dense {
     fn load(file: &Ct2File, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<Dense> {
-        let w = file.f32_matrix(&format!("{prefix}/weight"), out, inp)?;
+        let w = Stored::load(file, &format!("{prefix}/weight"), out, inp)?;
         let b = if bias {
             Some(file.f32_matrix(&format!("{prefix}/bias"), 1, out)?)
         } else {
@@ -57,10 +106,10 @@ impl Dense {
     }
     /// `x: [rows, inp]` → `[rows, out]`.
     fn forward(&self, x: &[f32], rows: usize) -> Result<Vec<f32>> {
-        Ok(linear_f32(
+        Ok(linear(
             x,
             rows,
-            &self.w,
+            self.w.weight(),
             self.out,
             self.inp,
             self.b.as_deref(),
@@ -176,14 +225,15 @@ pub struct WhisperTokens {
 
 pub struct Whisper {
     dims: WhisperDims,
-    conv1: (Vec<f32>, Vec<f32>),
-    conv2: (Vec<f32>, Vec<f32>),
+    /// `[d_model, n_mels · 3]` and `[d_model, d_model · 3]` with their biases.
+    conv1: (Stored, Vec<f32>),
+    conv2: (Stored, Vec<f32>),
     /// `[audio_positions, d_model]`.
     encoder_positions: Vec<f32>,
     encoder_layers: Vec<EncoderLayer>,
     encoder_norm: Norm,
     /// `[vocab, d_model]`, also the output projection.
-    embedding: Vec<f32>,
+    embedding: Stored,
     /// `[MAX_TEXT_POSITIONS, d_model]`.
     decoder_positions: Vec<f32>,
     decoder_layers: Vec<DecoderLayer>,
@@ -311,9 +361,9 @@ impl Whisper {
             return Err(bad(model_bin, "no encoder or decoder layers"));
         }
         let d = d_model;
-        let conv = |name: &str, c_in: usize| -> Result<(Vec<f32>, Vec<f32>)> {
+        let conv = |name: &str, c_in: usize| -> Result<(Stored, Vec<f32>)> {
             Ok((
-                file.f32_matrix(&format!("encoder/{name}/weight"), d, c_in * 3)?,
+                Stored::load(&file, &format!("encoder/{name}/weight"), d, c_in * 3)?,
                 file.f32_matrix(&format!("encoder/{name}/bias"), 1, d)?,
             ))
         };
@@ -378,7 +428,7 @@ impl Whisper {
             )?,
             encoder_layers,
             encoder_norm: Norm::load(&file, "encoder/layer_norm", d)?,
-            embedding: file.f32_matrix("decoder/embeddings/weight", vocab, d)?,
+            embedding: Stored::load(&file, "decoder/embeddings/weight", vocab, d)?,
             decoder_positions: file.f32_matrix(
                 "decoder/position_encodings/encodings",
                 MAX_TEXT_POSITIONS,
@@ -423,7 +473,7 @@ impl Whisper {
             &frames,
             WINDOW_FRAMES,
             n_mels,
-            &self.conv1.0,
+            self.conv1.0.weight(),
             d,
             3,
             Some(&self.conv1.1),
@@ -431,7 +481,17 @@ impl Whisper {
             1,
         )?;
         gelu_erf_inplace(&mut x);
-        let (mut x, t2) = conv1d(&x, t1, d, &self.conv2.0, d, 3, Some(&self.conv2.1), 2, 1)?;
+        let (mut x, t2) = conv1d(
+            &x,
+            t1,
+            d,
+            self.conv2.0.weight(),
+            d,
+            3,
+            Some(&self.conv2.1),
+            2,
+            1,
+        )?;
         gelu_erf_inplace(&mut x);
         debug_assert_eq!(t2, audio_positions);
         x.iter_mut()
@@ -486,12 +546,9 @@ impl Whisper {
                 ));
             }
             let pos = &self.decoder_positions[(past + i) * d..(past + i + 1) * d];
-            x.extend(
-                self.embedding[t * d..(t + 1) * d]
-                    .iter()
-                    .zip(pos)
-                    .map(|(e, p)| e + p),
-            );
+            let at = x.len();
+            self.embedding.extend_row(t, d, &mut x);
+            x[at..].iter_mut().zip(pos).for_each(|(e, p)| *e += p);
         }
         let heads = self.dims.decoder_heads;
         for (layer, (cross, (sk, sv))) in self
@@ -518,7 +575,7 @@ impl Whisper {
         }
         cache.len += rows;
         let last = self.decoder_norm.forward(&x[(rows - 1) * d..])?;
-        Ok(linear_f32(&last, 1, &self.embedding, vocab, d, None)?)
+        Ok(linear(&last, 1, self.embedding.weight(), vocab, d, None)?)
     }
 
     fn new_cache(&self) -> SelfCache {
