@@ -9,7 +9,9 @@
 
 use rayon::prelude::*;
 
-use crate::cpu::{path, Path};
+use crate::cpu::path;
+#[cfg(target_arch = "x86_64")]
+use crate::cpu::Path;
 
 /// A weight `[n, k]` as the dense products read it: f32, or IEEE half bits (converted exactly to
 /// f32 inside the products, so an f16 weight gives the results of its f32 copy with half the
