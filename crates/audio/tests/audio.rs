@@ -284,8 +284,17 @@ fn expect_error(name: &str, bytes: Option<&[u8]>, expect: &str) -> AudioError {
     assert!(!msg.contains('\n'), "{msg}");
     assert!(msg.starts_with(&path.display().to_string()), "{msg}");
     assert!(msg.contains(expect), "{msg:?} lacks {expect:?}");
-    // load_whisper_audio passes the same error on.
-    assert_eq!(load_whisper_audio(&path).unwrap_err().to_string(), msg);
+    // load_whisper_audio passes the same error on for RIFF files (read_audio hands those to
+    // read_wav); other content is a format read_audio does not know.
+    let whisper = load_whisper_audio(&path).unwrap_err();
+    if bytes.is_none_or(|b| b.starts_with(b"RIFF")) {
+        assert_eq!(whisper.to_string(), msg);
+    } else {
+        assert!(
+            matches!(whisper, AudioError::UnknownFormat { .. }),
+            "{whisper}"
+        );
+    }
     err
 }
 
