@@ -10,7 +10,10 @@ conditioning on previous text, no VAD) on the clip and on longer clips assembled
 described by `parts` (sample ranges of the clip and runs of zero samples, concatenated) so that
 synaptix's test builds the same samples: the language, the number of windows decoded and
 skipped as silence, and every segment's seek, start, end, tokens, text, avg_logprob and
-no_speech_prob.
+no_speech_prob. Under `timestamped_beam5` the same with faster-whisper's transcribe defaults
+but for temperature 0 only (beam 5, conditioning on previous text), and under
+`timestamped_beam5_no_condition` beam 5 without conditioning; under `beam5` CTranslate2's
+`generate(beam_size=5)` of the clip without timestamps (the tokens, their text and the score).
 
 The features are faster-whisper's FeatureExtractor of the WAV as stored (int16 / 32768), the
 first 30-second window as faster-whisper cuts it, so synaptix's test reads the same samples.
@@ -107,7 +110,8 @@ class CountWindows(logging.Handler):
             self.skipped += 1
 
 
-def timestamped(samples):
+def timestamped(samples, **options):
+    """faster-whisper's transcribe of every ASSEMBLED input with `options`."""
     model = WhisperModel(MODEL, device="cpu", compute_type="float32")
     logger = logging.getLogger("faster_whisper")
     logger.setLevel(logging.DEBUG)
@@ -116,9 +120,7 @@ def timestamped(samples):
         audio = assemble(samples, parts)
         counter = CountWindows()
         logger.addHandler(counter)
-        segments, info = model.transcribe(audio, beam_size=1, temperature=0.0,
-                                          condition_on_previous_text=False, vad_filter=False,
-                                          without_timestamps=False)
+        segments, info = model.transcribe(audio, **options)
         segments = list(segments)
         logger.removeHandler(counter)
         out.append({
@@ -191,7 +193,28 @@ def main():
     if first is not None:
         order = np.argsort(-first)[:TOP]
         golden["clips"][0]["first_step_top"] = [[int(i), float(first[i])] for i in order]
-    golden["timestamped"] = timestamped(samples)
+    golden["timestamped"] = timestamped(samples, beam_size=1, temperature=0.0,
+                                        condition_on_previous_text=False, vad_filter=False,
+                                        without_timestamps=False)
+
+    # Beam search: CTranslate2's generate(beam_size=5) (patience 1, length penalty 1, one
+    # hypothesis) without timestamps, and faster-whisper's default transcribe (beam 5, previous
+    # text as prompt) but for temperature 0 only, with and without conditioning.
+    result = model.generate(encoded, [prompt], beam_size=5, suppress_blank=True,
+                            suppress_tokens=suppress, max_length=448, return_scores=True)[0]
+    golden["beam5"] = {
+        "wav": "speech16k.wav",
+        "prompt": prompt,
+        "beam_size": 5,
+        "tokens": result.sequences_ids[0],
+        "text": hf.decode(result.sequences_ids[0]),
+        "score": result.scores[0],
+    }
+    golden["timestamped_beam5"] = timestamped(samples, beam_size=5, temperature=0.0,
+                                              vad_filter=False)
+    golden["timestamped_beam5_no_condition"] = timestamped(
+        samples, beam_size=5, temperature=0.0, condition_on_previous_text=False,
+        vad_filter=False)
     with open(os.path.join(OUT, "goldens.json"), "w") as f:
         json.dump(golden, f, indent=1)
         f.write("\n")
