@@ -7,24 +7,26 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use synaptix_core::Device;
-use synaptix_models::whisper::{
-    TranscribeEvent, TranscribeOptions, Whisper, WhisperFiles, WhisperTokens,
-};
+use synaptix_infer::transcribe::{transcribe, TranscribeEvent, TranscribeOptions};
+use synaptix_models::whisper::{Whisper, WhisperFiles, WhisperTokens};
 use synaptix_tokenizer::Tokenizer;
 
 #[derive(Args)]
 #[command(
     after_help = "Prints one line per segment, `[mm:ss.mmm --> mm:ss.mmm]  text`, as the \
-    windows are decoded. Decoding follows faster-whisper's defaults with beam 1 and temperature \
-    0 (no fallback): timestamp tokens split each 30-second window into segments, the next window \
-    starts at the last complete segment's end, windows likely silent (no-speech probability \
-    above 0.6 and average log-probability at most -1) are skipped, and the previous text is not \
-    fed back.\n\n\
+    windows are decoded. Decoding follows faster-whisper's transcribe defaults at temperature 0: \
+    beam search of 5, timestamp tokens splitting each 30-second window into segments, the next \
+    window starting at the last complete segment's end, windows likely silent (no-speech \
+    probability above 0.6 and average log-probability at most -1) skipped, and the text so far \
+    (up to 223 tokens) fed back as the prompt of the next window. Temperature 0 only: there is \
+    no fallback to sampling at higher temperatures when a window decodes badly (faster-whisper \
+    retries at 0.2, 0.4, ... 1.0), nor VAD or word timestamps.\n\n\
     Examples:\n  \
     scripts/fetch-models.sh whisper-base\n  \
     synaptix transcribe whisper-base speech.wav\n  \
     synaptix transcribe whisper-base interview.wav --language de --translate\n  \
     synaptix transcribe ~/models/whisper-base speech.wav --json\n  \
+    synaptix transcribe whisper-base speech.wav --beam-size 1 --no-condition-on-previous-text\n  \
     synaptix transcribe whisper-base speech.wav --no-timestamps"
 )]
 pub struct TranscribeArgs {
@@ -50,9 +52,19 @@ pub struct TranscribeArgs {
     #[arg(long)]
     pub json: bool,
     /// Decode without timestamp tokens: consecutive 30-second windows cut blindly, the text
-    /// streamed token by token (a line per window), no segments in the JSON
+    /// streamed token by token (a line per window; with a beam, when the window is decoded), no
+    /// segments in the JSON
     #[arg(long)]
     pub no_timestamps: bool,
+    /// Hypotheses kept at each decoding step (beam search as CTranslate2's, patience 1, length
+    /// penalty 1); 1 decodes greedily (faster, the text streams as it is decoded)
+    #[arg(short = 'b', long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub beam_size: u64,
+    /// Decode each window on its own, without the text before it as prompt (faster-whisper's
+    /// condition_on_previous_text=False): less consistent style, but a misrecognition cannot
+    /// carry over into the next window
+    #[arg(long)]
+    pub no_condition_on_previous_text: bool,
 }
 
 pub fn run(a: TranscribeArgs) -> Result<()> {
@@ -103,6 +115,8 @@ pub fn run(a: TranscribeArgs) -> Result<()> {
     };
     let mut options = TranscribeOptions::new(task, language_token);
     options.timestamps = !a.no_timestamps;
+    options.beam_size = a.beam_size as usize;
+    options.condition_on_previous_text = !a.no_condition_on_previous_text;
     let decode =
         |ids: &[u32]| String::from_utf8_lossy(&tokenizer.detokenize(ids, true, false)).into_owned();
     let json = a.json;
@@ -136,7 +150,8 @@ pub fn run(a: TranscribeArgs) -> Result<()> {
             _ => {}
         }
     };
-    let result = model.transcribe(
+    let result = transcribe(
+        &model,
         &mel.values,
         mel.frames,
         &tokens,
@@ -164,6 +179,8 @@ pub fn run(a: TranscribeArgs) -> Result<()> {
             "language": language.0,
             "language_probability": language.1,
             "task": if a.translate { "translate" } else { "transcribe" },
+            "beam_size": options.beam_size,
+            "condition_on_previous_text": options.condition_on_previous_text,
             "text": text.trim(),
             "tokens": all_tokens,
             "windows": windows,

@@ -506,10 +506,12 @@ fn chat_rejects_a_broken_template() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// `transcribe` on the Whisper fixture: by default one streamed line per segment and JSON
-/// segments, all faster-whisper's (tests/fixtures/whisper/goldens.json, `timestamped`); with
-/// `--no-timestamps` the streamed text and the JSON's text and tokens are CTranslate2's greedy
-/// decoding without timestamps (`clips`). The language is detected.
+/// `transcribe` on the Whisper fixture (tests/fixtures/whisper/goldens.json): by default (beam
+/// 5, conditioning on previous text) one streamed line per segment and JSON segments, all
+/// faster-whisper's (`timestamped_beam5`); with `--beam-size 1 --no-condition-on-previous-text`
+/// faster-whisper's greedy segments (`timestamped`); with `--no-timestamps` the streamed text and
+/// the JSON's text and tokens are CTranslate2's beam-5 decoding without timestamps (`beam5`), and
+/// with `--beam-size 1` its greedy decoding (`clips`). The language is detected.
 #[test]
 fn transcribe_streams_and_reports_json() {
     let dir = model("whisper-base");
@@ -522,76 +524,96 @@ fn transcribe_streams_and_reports_json() {
             .unwrap();
     let clip = &g["clips"][0];
     let wav = format!("{fixtures}/{}", clip["wav"].as_str().unwrap());
-    let timed = &g["timestamped"][0];
-    assert_eq!(timed["name"], "speech16k");
-    let segments = timed["segments"].as_array().unwrap();
     let clock = |s: &serde_json::Value| {
         let ms = (s.as_f64().unwrap() * 1000.0).round() as u64;
         format!("{:02}:{:02}.{:03}", ms / 60_000, ms / 1000 % 60, ms % 1000)
     };
-    let lines: Vec<String> = segments
-        .iter()
-        .map(|s| {
-            format!(
-                "[{} --> {}]  {}",
-                clock(&s["start"]),
-                clock(&s["end"]),
-                s["text"].as_str().unwrap().trim()
-            )
-        })
-        .collect();
+    for (key, extra) in [
+        ("timestamped_beam5", &[][..]),
+        (
+            "timestamped",
+            &["--beam-size", "1", "--no-condition-on-previous-text"][..],
+        ),
+    ] {
+        let timed = &g[key][0];
+        assert_eq!(timed["name"], "speech16k");
+        let segments = timed["segments"].as_array().unwrap();
+        let lines: Vec<String> = segments
+            .iter()
+            .map(|s| {
+                format!(
+                    "[{} --> {}]  {}",
+                    clock(&s["start"]),
+                    clock(&s["end"]),
+                    s["text"].as_str().unwrap().trim()
+                )
+            })
+            .collect();
 
-    let out = synaptix(&["transcribe", &dir, &wav, "-t", "2"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("language: en"), "{stderr}");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(stdout.lines().collect::<Vec<_>>(), lines, "{stdout}");
-    assert!(stdout.starts_with("[00:00.000 --> 00:0"), "{stdout}");
+        let mut args = vec!["transcribe", &dir, &wav, "-t", "2"];
+        args.extend(extra);
+        let out = synaptix(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains("language: en"), "{stderr}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(stdout.lines().collect::<Vec<_>>(), lines, "{key}: {stdout}");
+        assert!(stdout.starts_with("[00:00.000 --> 00:0"), "{stdout}");
 
-    let j = json_ok(&["transcribe", &dir, &wav, "--language", "en", "--json"]);
-    let text: String = segments
-        .iter()
-        .map(|s| s["text"].as_str().unwrap())
-        .collect();
-    assert_eq!(j["text"].as_str().unwrap(), text.trim());
-    let tokens: Vec<serde_json::Value> = segments
-        .iter()
-        .flat_map(|s| s["tokens"].as_array().unwrap().clone())
-        .collect();
-    assert_eq!(j["tokens"].as_array().unwrap(), &tokens);
-    assert_eq!(j["language"], "en");
-    assert_eq!(j["windows"], 1);
-    let got = j["segments"].as_array().unwrap();
-    assert_eq!(got.len(), segments.len());
-    for (s, w) in got.iter().zip(segments) {
-        assert_eq!(s["tokens"], w["tokens"]);
-        assert_eq!(s["text"], w["text"]);
-        for key in ["start", "end"] {
-            let (a, b) = (s[key].as_f64().unwrap(), w[key].as_f64().unwrap());
-            assert!((a - b).abs() < 1e-9, "{key}: {a} vs {b}");
+        let mut args = vec!["transcribe", &dir, &wav, "--language", "en", "--json"];
+        args.extend(extra);
+        let j = json_ok(&args);
+        let text: String = segments
+            .iter()
+            .map(|s| s["text"].as_str().unwrap())
+            .collect();
+        assert_eq!(j["text"].as_str().unwrap(), text.trim());
+        let tokens: Vec<serde_json::Value> = segments
+            .iter()
+            .flat_map(|s| s["tokens"].as_array().unwrap().clone())
+            .collect();
+        assert_eq!(j["tokens"].as_array().unwrap(), &tokens);
+        assert_eq!(j["language"], "en");
+        assert_eq!(j["windows"], 1);
+        assert_eq!(j["beam_size"], if extra.is_empty() { 5 } else { 1 });
+        assert_eq!(j["condition_on_previous_text"], extra.is_empty());
+        let got = j["segments"].as_array().unwrap();
+        assert_eq!(got.len(), segments.len());
+        for (s, w) in got.iter().zip(segments) {
+            assert_eq!(s["tokens"], w["tokens"]);
+            assert_eq!(s["text"], w["text"]);
+            for key in ["start", "end"] {
+                let (a, b) = (s[key].as_f64().unwrap(), w[key].as_f64().unwrap());
+                assert!((a - b).abs() < 1e-9, "{key}: {a} vs {b}");
+            }
         }
     }
 
-    // Without timestamps: today's blind windows, streamed token by token.
-    let out = synaptix(&["transcribe", &dir, &wav, "-t", "2", "--no-timestamps"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("language: en"), "{stderr}");
-    let want = clip["text"].as_str().unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), want);
-    let j = json_ok(&[
-        "transcribe",
-        &dir,
-        &wav,
-        "--language",
-        "en",
-        "--json",
-        "--no-timestamps",
-    ]);
-    assert_eq!(j["text"].as_str().unwrap(), want.trim());
-    assert_eq!(j["tokens"], clip["tokens"]);
-    assert_eq!(j["language"], "en");
-    assert_eq!(j["windows"], 1);
-    assert!(j.get("segments").is_none(), "{j}");
+    // Without timestamps: blind windows, streamed (greedy: token by token).
+    for (want, extra) in [(&g["beam5"], &[][..]), (clip, &["--beam-size", "1"][..])] {
+        let mut args = vec!["transcribe", &dir, &wav, "-t", "2", "--no-timestamps"];
+        args.extend(extra);
+        let out = synaptix(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        assert!(stderr.contains("language: en"), "{stderr}");
+        let text = want["text"].as_str().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), text);
+        let mut args = vec![
+            "transcribe",
+            &dir,
+            &wav,
+            "--language",
+            "en",
+            "--json",
+            "--no-timestamps",
+        ];
+        args.extend(extra);
+        let j = json_ok(&args);
+        assert_eq!(j["text"].as_str().unwrap(), text.trim());
+        assert_eq!(j["tokens"], want["tokens"]);
+        assert_eq!(j["language"], "en");
+        assert_eq!(j["windows"], 1);
+        assert!(j.get("segments").is_none(), "{j}");
+    }
 }

@@ -4,18 +4,18 @@
 //! `config.json`), the layout faster-whisper ships. The arithmetic mirrors CTranslate2's
 //! Whisper in float32: pre-norm layers with LayerNorm (eps 1e-5), fused Q/K/V with biases, exact
 //! GELU, sinusoidal encoder positions and learned decoder positions as stored, the output
-//! projection tied to the token embedding. Greedy decoding follows faster-whisper's defaults:
-//! `config.suppress_ids` and the task tokens suppressed at every step, `suppress_ids_begin`
-//! (the blank and end-of-text) at the first; with timestamp tokens under CTranslate2's timestamp
-//! rules ([`Whisper::generate_with_timestamps`]) or without ([`Whisper::generate`]).
-//! [`Whisper::transcribe`] runs faster-whisper's seeking over a whole recording: segments split
-//! at timestamp pairs, each window starting where the last one's complete segments end, silent
-//! windows skipped.
+//! projection tied to the token embedding.
 //!
-//! Runs on the CPU (f32 weights converted once at load, about twice the f16 file in memory).
+//! This file is the model: [`Whisper::encode`] (one window to each decoder layer's
+//! cross-attention keys and values), [`Whisper::decode`] and [`Whisper::decode_step`] (decoder
+//! steps over per-sequence self-attention caches, [`DecoderCache`], several sequences of a beam
+//! in one step), [`Whisper::detect_language`], and the token ids decoding needs
+//! ([`WhisperTokens`], from `config.json`). Decoding itself (greedy and beam search, suppression
+//! and timestamp rules, segments, seeking) is synaptix-infer's `transcribe`.
+//!
+//! Runs on the CPU (float16 weights kept as stored, converted exactly inside the products).
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use synaptix_bundle::ct2::{Ct2DType, Ct2File};
 use synaptix_kernels_cpu::dense::{
@@ -28,7 +28,7 @@ use crate::{ModelError, Result};
 pub const WINDOW_FRAMES: usize = 3000;
 const LN_EPS: f32 = 1e-5;
 /// The decoder's learned positions: prompt and generated tokens together.
-const MAX_TEXT_POSITIONS: usize = 448;
+pub const MAX_TEXT_POSITIONS: usize = 448;
 
 fn bad(path: &Path, problem: impl Into<String>) -> ModelError {
     ModelError::BadHyperParameters {
@@ -209,6 +209,8 @@ pub struct WhisperTokens {
     pub transcribe: u32,
     pub translate: u32,
     pub no_timestamps: u32,
+    /// `<|startofprev|>`, before previous text in a prompt.
+    pub sot_prev: Option<u32>,
     /// The first timestamp token, `<|0.00|>` (`no_timestamps + 1`); every id from it to the end
     /// of the vocabulary is a timestamp, 0.02 s apart.
     pub timestamp_begin: u32,
@@ -246,10 +248,23 @@ pub struct EncodedAudio {
     cross: Vec<HeadsKv>,
 }
 
-/// The decoder's self-attention cache: per layer K and V, `[len, d_model]`.
-struct SelfCache {
+/// One sequence's decoder self-attention cache: per layer K and V, `[len, d_model]`. A beam
+/// search clones it where a hypothesis branches.
+#[derive(Clone)]
+pub struct DecoderCache {
     kv: Vec<(Vec<f32>, Vec<f32>)>,
     len: usize,
+}
+
+impl DecoderCache {
+    /// Positions decoded so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// A model directory's files.
@@ -520,21 +535,64 @@ impl Whisper {
         Ok(EncodedAudio { cross })
     }
 
-    /// Runs `tokens` (positions `cache.len ..`) through the decoder and returns the last
-    /// position's logits `[vocab]`.
-    fn decode(
+    /// Runs `tokens` through the decoder after the `cache.len()` positions already in `cache`
+    /// (a prompt, or one token) and returns the last position's logits `[vocab]`.
+    pub fn decode(
         &self,
         audio: &EncodedAudio,
-        cache: &mut SelfCache,
+        cache: &mut DecoderCache,
+        tokens: &[u32],
+    ) -> Result<Vec<f32>> {
+        self.forward(audio, std::slice::from_mut(cache), tokens)
+    }
+
+    /// One decoding step of several sequences over the same audio (a beam): `tokens[i]`
+    /// continues `caches[i]`. Returns the logits `[caches.len(), vocab]`. The linear layers run
+    /// every sequence's row at once (each weight read once per step), the self-attention of each
+    /// row over its own cache; the results are those of [`Whisper::decode`] on each sequence.
+    pub fn decode_step(
+        &self,
+        audio: &EncodedAudio,
+        caches: &mut [DecoderCache],
+        tokens: &[u32],
+    ) -> Result<Vec<f32>> {
+        if tokens.len() != caches.len() {
+            return Err(bad(
+                Path::new("whisper"),
+                format!("{} tokens for {} sequences", tokens.len(), caches.len()),
+            ));
+        }
+        self.forward(audio, caches, tokens)
+    }
+
+    /// `tokens` split evenly over `caches` (sequence `i` gets the `i`-th run of
+    /// `tokens.len() / caches.len()`), through the decoder; the logits of each run's last
+    /// position, `[caches.len(), vocab]`.
+    fn forward(
+        &self,
+        audio: &EncodedAudio,
+        caches: &mut [DecoderCache],
         tokens: &[u32],
     ) -> Result<Vec<f32>> {
         let WhisperDims {
-            d_model: d, vocab, ..
+            d_model: d,
+            vocab,
+            decoder_heads: heads,
+            ..
         } = self.dims;
         let rows = tokens.len();
-        let past = cache.len;
-        if rows == 0 || past + rows > MAX_TEXT_POSITIONS {
-            return Err(ModelError::ContextOverflow(rows, MAX_TEXT_POSITIONS, past));
+        let per = rows.checked_div(caches.len()).unwrap_or(0);
+        if per == 0 || per * caches.len() != rows {
+            return Err(ModelError::EmptyInput);
+        }
+        for cache in caches.iter() {
+            if cache.len + per > MAX_TEXT_POSITIONS {
+                return Err(ModelError::ContextOverflow(
+                    per,
+                    MAX_TEXT_POSITIONS,
+                    cache.len,
+                ));
+            }
         }
         let mut x = Vec::with_capacity(rows * d);
         for (i, &t) in tokens.iter().enumerate() {
@@ -545,23 +603,32 @@ impl Whisper {
                     format!("token {t} is outside the vocabulary of {vocab}"),
                 ));
             }
-            let pos = &self.decoder_positions[(past + i) * d..(past + i + 1) * d];
+            let pos = caches[i / per].len + i % per;
             let at = x.len();
             self.embedding.extend_row(t, d, &mut x);
+            let pos = &self.decoder_positions[pos * d..(pos + 1) * d];
             x[at..].iter_mut().zip(pos).for_each(|(e, p)| *e += p);
         }
-        let heads = self.dims.decoder_heads;
-        for (layer, (cross, (sk, sv))) in self
-            .decoder_layers
-            .iter()
-            .zip(audio.cross.iter().zip(cache.kv.iter_mut()))
-        {
+        for (l, (layer, cross)) in self.decoder_layers.iter().zip(&audio.cross).enumerate() {
             let h = layer.self_norm.forward(&x)?;
             let qkv = layer.self_qkv.forward(&h, rows)?;
             let (q, k, v) = split3(&qkv, rows, d);
-            sk.extend_from_slice(&k);
-            sv.extend_from_slice(&v);
-            let a = attention(&q, sk, sv, (rows, past + rows), heads, Some(past))?;
+            let mut a = Vec::with_capacity(rows * d);
+            for (s, cache) in caches.iter_mut().enumerate() {
+                let (sk, sv) = &mut cache.kv[l];
+                let past = cache.len;
+                let run = s * per * d..(s + 1) * per * d;
+                sk.extend_from_slice(&k[run.clone()]);
+                sv.extend_from_slice(&v[run.clone()]);
+                a.extend(attention(
+                    &q[run],
+                    sk,
+                    sv,
+                    (per, past + per),
+                    heads,
+                    Some(past),
+                )?);
+            }
             let o = layer.self_out.forward(&a, rows)?;
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
 
@@ -573,13 +640,25 @@ impl Whisper {
 
             layer.ffn.add_to(&mut x, rows)?;
         }
-        cache.len += rows;
-        let last = self.decoder_norm.forward(&x[(rows - 1) * d..])?;
-        Ok(linear(&last, 1, self.embedding.weight(), vocab, d, None)?)
+        let mut last = Vec::with_capacity(caches.len() * d);
+        for (s, cache) in caches.iter_mut().enumerate() {
+            cache.len += per;
+            last.extend_from_slice(&x[((s + 1) * per - 1) * d..(s + 1) * per * d]);
+        }
+        let last = self.decoder_norm.forward(&last)?;
+        Ok(linear(
+            &last,
+            caches.len(),
+            self.embedding.weight(),
+            vocab,
+            d,
+            None,
+        )?)
     }
 
-    fn new_cache(&self) -> SelfCache {
-        SelfCache {
+    /// An empty self-attention cache for [`Whisper::decode`].
+    pub fn new_cache(&self) -> DecoderCache {
+        DecoderCache {
             kv: (0..self.dims.decoder_layers)
                 .map(|_| (Vec::new(), Vec::new()))
                 .collect(),
@@ -620,535 +699,6 @@ impl Whisper {
             .unwrap_or_default();
         Ok((code, (((score - max) as f64).exp() / sum) as f32))
     }
-
-    /// Greedy decoding of one encoded window after `prompt` (start-of-transcript, language, task,
-    /// no-timestamps): each step's arg-max (lowest id on ties) after suppression, until
-    /// end-of-text or the decoder's 448 positions. `on_token` sees each token as it is chosen.
-    /// Returns the generated tokens without end-of-text, and the first step's logits before
-    /// suppression (for checks against a reference).
-    pub fn generate(
-        &self,
-        audio: &EncodedAudio,
-        prompt: &[u32],
-        tokens: &WhisperTokens,
-        on_token: &mut dyn FnMut(u32),
-    ) -> Result<(Vec<u32>, Vec<f32>)> {
-        let mut cache = self.new_cache();
-        let mut logits = self.decode(audio, &mut cache, prompt)?;
-        let first = logits.clone();
-        let mut out = Vec::new();
-        while cache.len < MAX_TEXT_POSITIONS {
-            for &id in &tokens.suppress {
-                if let Some(l) = logits.get_mut(id as usize) {
-                    *l = f32::NEG_INFINITY;
-                }
-            }
-            if out.is_empty() {
-                for &id in &tokens.suppress_begin {
-                    if let Some(l) = logits.get_mut(id as usize) {
-                        *l = f32::NEG_INFINITY;
-                    }
-                }
-            }
-            let next = argmax(&logits);
-            if next == tokens.eot {
-                break;
-            }
-            out.push(next);
-            on_token(next);
-            if cache.len >= MAX_TEXT_POSITIONS {
-                break;
-            }
-            logits = self.decode(audio, &mut cache, &[next])?;
-        }
-        Ok((out, first))
-    }
-
-    /// Greedy decoding with timestamp tokens, as CTranslate2 decodes a prompt that does not end
-    /// in `<|notimestamps|>` (faster-whisper's default mode). On top of [`Whisper::generate`]'s
-    /// suppression, CTranslate2's Whisper timestamp rules apply at each step:
-    ///
-    /// - `<|notimestamps|>` is suppressed;
-    /// - the first step must be a timestamp no later than `max_initial_timestamp_index` (0.02 s
-    ///   each; faster-whisper passes 50, one second);
-    /// - timestamps come in pairs, except right before end-of-text: after a timestamp that
-    ///   followed text only a timestamp or end-of-text may come; after two timestamps in a row
-    ///   (or the first one) no timestamp;
-    /// - timestamps never decrease (none below the last one);
-    /// - when text may come, but the timestamps' total probability exceeds the most likely text
-    ///   token's (log-sum-exp of the timestamps' logits against the largest text logit, the
-    ///   same comparison as on log-softmax values), text is suppressed.
-    ///
-    /// At most `min(224, 448 - prompt.len() + 1)` steps, CTranslate2's `max_length` for
-    /// faster-whisper's 448. The no-speech probability is the softmax of `<|nospeech|>` after
-    /// start-of-transcript (CTranslate2's `return_no_speech_prob`, before any suppression); the
-    /// log-probabilities summed are those of the chosen tokens, end-of-text's included, under the
-    /// suppressed distribution (CTranslate2's score).
-    pub fn generate_with_timestamps(
-        &self,
-        audio: &EncodedAudio,
-        prompt: &[u32],
-        tokens: &WhisperTokens,
-        max_initial_timestamp_index: usize,
-        on_token: &mut dyn FnMut(u32),
-    ) -> Result<Generation> {
-        let vocab = self.dims.vocab;
-        let ts_begin = tokens.timestamp_begin as usize;
-        let eot = tokens.eot as usize;
-        if eot >= ts_begin || ts_begin >= vocab {
-            return Err(bad(
-                Path::new("whisper"),
-                format!("end-of-text {eot} and the first timestamp {ts_begin} do not fit a vocabulary of {vocab}"),
-            ));
-        }
-        let sot_at = prompt
-            .iter()
-            .position(|&t| t == tokens.sot)
-            .ok_or_else(|| {
-                bad(
-                    Path::new("whisper"),
-                    "the prompt has no <|startoftranscript|>",
-                )
-            })?;
-        let mut cache = self.new_cache();
-        let at_sot = self.decode(audio, &mut cache, &prompt[..=sot_at])?;
-        let no_speech_prob = match tokens.no_speech {
-            Some(id) if (id as usize) < vocab => {
-                (at_sot[id as usize] as f64 - log_sum_exp(&at_sot)).exp() as f32
-            }
-            _ => 0.0,
-        };
-        let mut logits = if sot_at + 1 < prompt.len() {
-            self.decode(audio, &mut cache, &prompt[sot_at + 1..])?
-        } else {
-            at_sot
-        };
-        let max_steps =
-            (MAX_TEXT_POSITIONS / 2).min((MAX_TEXT_POSITIONS + 1).saturating_sub(prompt.len()));
-        let off = |l: &mut [f32]| l.iter_mut().for_each(|v| *v = f32::NEG_INFINITY);
-        let mut out: Vec<u32> = Vec::new();
-        let mut sum_logprob = 0f64;
-        for step in 0..max_steps {
-            for &id in tokens.suppress.iter().chain(if step == 0 {
-                &tokens.suppress_begin[..]
-            } else {
-                &[][..]
-            }) {
-                if let Some(l) = logits.get_mut(id as usize) {
-                    *l = f32::NEG_INFINITY;
-                }
-            }
-            if let Some(l) = logits.get_mut(tokens.no_timestamps as usize) {
-                *l = f32::NEG_INFINITY;
-            }
-            let mut weigh_timestamps = false;
-            if step == 0 {
-                off(&mut logits[..ts_begin]);
-                let last_allowed = ts_begin.saturating_add(max_initial_timestamp_index);
-                if last_allowed + 1 < vocab {
-                    off(&mut logits[last_allowed + 1..]);
-                }
-            } else {
-                let last = out[step - 1] as usize;
-                if last >= ts_begin {
-                    let penultimate = if step >= 2 {
-                        out[step - 2] as usize
-                    } else {
-                        last
-                    };
-                    if penultimate >= ts_begin {
-                        off(&mut logits[ts_begin..]);
-                    } else {
-                        off(&mut logits[..eot]);
-                        weigh_timestamps = true;
-                    }
-                } else {
-                    weigh_timestamps = true;
-                }
-                if let Some(&ts) = out.iter().rev().find(|&&t| t as usize >= ts_begin) {
-                    off(&mut logits[ts_begin..ts as usize]);
-                }
-            }
-            if weigh_timestamps {
-                let text_max = logits[..ts_begin]
-                    .iter()
-                    .fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-                if log_sum_exp(&logits[ts_begin..]) > text_max as f64 {
-                    off(&mut logits[..ts_begin]);
-                }
-            }
-            let next = argmax(&logits);
-            sum_logprob += logits[next as usize] as f64 - log_sum_exp(&logits);
-            if next == tokens.eot {
-                break;
-            }
-            out.push(next);
-            on_token(next);
-            if step + 1 == max_steps {
-                break;
-            }
-            logits = self.decode(audio, &mut cache, &[next])?;
-        }
-        Ok(Generation {
-            tokens: out,
-            sum_logprob,
-            no_speech_prob,
-        })
-    }
-
-    /// Transcribes a whole log-mel spectrogram (`mel: [n_mels, frames]` row-major, as
-    /// `whisper_log_mel` returns it) window by window, following faster-whisper 1.2.1's
-    /// `generate_segments` for greedy decoding at temperature 0 without fallback, without
-    /// conditioning on previous text, VAD, word timestamps or an initial prompt.
-    ///
-    /// With timestamps (the default): the content frames (all but the last) are read in windows
-    /// of up to 3000 frames starting at `seek`; each is decoded with
-    /// [`Whisper::generate_with_timestamps`] after start-of-transcript, language and task. A
-    /// window whose no-speech probability exceeds `no_speech_threshold` while its average
-    /// log-probability (sum / (tokens + 1)) does not exceed `log_prob_threshold` is skipped as
-    /// silence. Otherwise its tokens split into segments at each pair of consecutive timestamps
-    /// ([`split_at_timestamps`]); segments with equal start and end or blank text are dropped,
-    /// and `seek` moves past the window when it ends in a single timestamp (or has no timestamp
-    /// pair), else to the last timestamp.
-    ///
-    /// Without timestamps (`options.timestamps == false`): consecutive 3000-frame windows with
-    /// `<|notimestamps|>` in the prompt ([`Whisper::generate`]), one segment per window, never
-    /// skipped (one window even for audio shorter than a frame).
-    ///
-    /// `decode_text` turns text tokens (those below end-of-text) into text. `on_event` sees the
-    /// detected language, every generated token and each segment as it is final.
-    pub fn transcribe(
-        &self,
-        mel: &[f32],
-        frames: usize,
-        tokens: &WhisperTokens,
-        options: &TranscribeOptions,
-        decode_text: &dyn Fn(&[u32]) -> String,
-        on_event: &mut dyn FnMut(TranscribeEvent),
-    ) -> Result<Transcription> {
-        let n_mels = self.dims.n_mels;
-        if mel.len() != n_mels * frames {
-            return Err(ModelError::Kernel(synaptix_core::Error::ShapeMismatch {
-                op: "whisper transcribe",
-                detail: format!("{} mel values, expected {n_mels}×{frames}", mel.len()),
-            }));
-        }
-        let text_of = |ids: &[u32]| {
-            let text: Vec<u32> = ids.iter().copied().filter(|&t| t < tokens.eot).collect();
-            decode_text(&text)
-        };
-        let max_initial_index = (options.max_initial_timestamp / TIME_PRECISION)
-            .round_ties_even()
-            .max(0.0) as usize;
-        // faster-whisper's content frames: the features but their last frame.
-        let content = frames.saturating_sub(1);
-        let mut result = Transcription {
-            language: None,
-            segments: Vec::new(),
-            windows: 0,
-            skipped: 0,
-            encode_s: 0.0,
-            decode_s: 0.0,
-        };
-        let mut language_token = options.language;
-        let mut seek = 0usize;
-        loop {
-            let more = if options.timestamps {
-                seek < content
-            } else {
-                seek < content || (seek == 0 && content == 0)
-            };
-            if !more {
-                break;
-            }
-            let size = WINDOW_FRAMES.min(content - seek);
-            // The window [seek, seek + size) of every mel row, zero-padded to WINDOW_FRAMES.
-            let mut window = vec![0f32; n_mels * WINDOW_FRAMES];
-            for (c, row) in window.chunks_exact_mut(WINDOW_FRAMES).enumerate() {
-                row[..size].copy_from_slice(&mel[c * frames + seek..c * frames + seek + size]);
-            }
-            let started = Instant::now();
-            let encoded = self.encode(&window)?;
-            result.encode_s += started.elapsed().as_secs_f64();
-            let started = Instant::now();
-            let language = match language_token {
-                Some(t) => t,
-                None => {
-                    let (code, p) = self.detect_language(&encoded, tokens)?;
-                    on_event(TranscribeEvent::Language {
-                        code: &code,
-                        probability: p,
-                    });
-                    let t = tokens.language(&code).unwrap_or(tokens.languages[0].0);
-                    result.language = Some((code, p));
-                    language_token = Some(t);
-                    t
-                }
-            };
-            result.windows += 1;
-            let time_offset = seek as f64 * TIME_PER_FRAME;
-            let on_token = &mut |id| on_event(TranscribeEvent::Token(id));
-            if !options.timestamps {
-                let prompt = [tokens.sot, language, options.task, tokens.no_timestamps];
-                let (ids, _) = self.generate(&encoded, &prompt, tokens, on_token)?;
-                result.decode_s += started.elapsed().as_secs_f64();
-                let segment = Segment {
-                    seek,
-                    start: time_offset,
-                    end: time_offset + size as f64 * TIME_PER_FRAME,
-                    text: text_of(&ids),
-                    tokens: ids,
-                    avg_logprob: None,
-                    no_speech_prob: None,
-                };
-                on_event(TranscribeEvent::Segment(&segment));
-                result.segments.push(segment);
-                seek += WINDOW_FRAMES;
-                if content == 0 {
-                    break;
-                }
-                continue;
-            }
-            let prompt = [tokens.sot, language, options.task];
-            let generated = self.generate_with_timestamps(
-                &encoded,
-                &prompt,
-                tokens,
-                max_initial_index,
-                on_token,
-            )?;
-            result.decode_s += started.elapsed().as_secs_f64();
-            let avg_logprob = generated.avg_logprob();
-            if let Some(threshold) = options.no_speech_threshold {
-                let mut silent = generated.no_speech_prob as f64 > threshold;
-                if options
-                    .log_prob_threshold
-                    .is_some_and(|lp| avg_logprob > lp)
-                {
-                    silent = false;
-                }
-                if silent {
-                    result.skipped += 1;
-                    seek += size;
-                    continue;
-                }
-            }
-            let (pieces, next_seek) =
-                split_at_timestamps(&generated.tokens, tokens.timestamp_begin, seek, size);
-            for piece in pieces {
-                let text = text_of(&piece.tokens);
-                if piece.start == piece.end || text.trim().is_empty() {
-                    continue;
-                }
-                let segment = Segment {
-                    seek,
-                    start: piece.start,
-                    end: piece.end,
-                    tokens: piece.tokens,
-                    text,
-                    avg_logprob: Some(avg_logprob),
-                    no_speech_prob: Some(generated.no_speech_prob),
-                };
-                on_event(TranscribeEvent::Segment(&segment));
-                result.segments.push(segment);
-            }
-            // faster-whisper would decode the same window forever when the last timestamp pair
-            // sits at 0.00; move past the window instead.
-            seek = if next_seek > seek {
-                next_seek
-            } else {
-                seek + size
-            };
-        }
-        Ok(result)
-    }
-}
-
-/// Seconds per mel frame (hop 160 at 16 kHz).
-pub const TIME_PER_FRAME: f64 = 0.01;
-/// Seconds per timestamp token.
-pub const TIME_PRECISION: f64 = 0.02;
-/// Mel frames per timestamp step (the encoder's second convolution has stride 2).
-const INPUT_STRIDE: usize = 2;
-
-/// One window's greedy decoding with timestamps.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Generation {
-    /// The generated tokens, end-of-text excluded.
-    pub tokens: Vec<u32>,
-    /// The sum of the chosen tokens' log-probabilities, end-of-text's included.
-    pub sum_logprob: f64,
-    /// The probability of `<|nospeech|>` right after start-of-transcript.
-    pub no_speech_prob: f32,
-}
-
-impl Generation {
-    /// faster-whisper's `avg_logprob`: the sum over the tokens plus one (for end-of-text).
-    pub fn avg_logprob(&self) -> f64 {
-        self.sum_logprob / (self.tokens.len() + 1) as f64
-    }
-}
-
-/// How [`Whisper::transcribe`] decodes.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TranscribeOptions {
-    /// `<|transcribe|>` or `<|translate|>`.
-    pub task: u32,
-    /// The language token; `None` detects it on the first window.
-    pub language: Option<u32>,
-    /// Timestamp tokens, segments and faster-whisper's seeking; `false` decodes consecutive
-    /// 30-second windows with `<|notimestamps|>`.
-    pub timestamps: bool,
-    /// A window more likely than this to hold no speech ...
-    pub no_speech_threshold: Option<f64>,
-    /// ... whose average log-probability is not above this is skipped as silence.
-    pub log_prob_threshold: Option<f64>,
-    /// Seconds: the first timestamp of a window is no later.
-    pub max_initial_timestamp: f64,
-}
-
-impl TranscribeOptions {
-    /// faster-whisper's defaults: timestamps, no-speech threshold 0.6, log-probability
-    /// threshold -1.0, first timestamp within 1 s.
-    pub fn new(task: u32, language: Option<u32>) -> TranscribeOptions {
-        TranscribeOptions {
-            task,
-            language,
-            timestamps: true,
-            no_speech_threshold: Some(0.6),
-            log_prob_threshold: Some(-1.0),
-            max_initial_timestamp: 1.0,
-        }
-    }
-}
-
-/// A stretch of transcribed speech.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Segment {
-    /// The frame its window started at.
-    pub seek: usize,
-    /// Seconds from the start of the audio.
-    pub start: f64,
-    pub end: f64,
-    /// Its tokens, timestamps included (with timestamps they open and, but for a window's
-    /// unfinished last segment, close it).
-    pub tokens: Vec<u32>,
-    /// The text of its text tokens.
-    pub text: String,
-    /// The window's average log-probability and no-speech probability (with timestamps).
-    pub avg_logprob: Option<f64>,
-    pub no_speech_prob: Option<f32>,
-}
-
-/// What [`Whisper::transcribe`] reports as it goes.
-#[derive(Debug)]
-pub enum TranscribeEvent<'a> {
-    /// The language detected on the first window.
-    Language { code: &'a str, probability: f32 },
-    /// A generated token (timestamps included).
-    Token(u32),
-    /// A final segment.
-    Segment(&'a Segment),
-}
-
-/// The result of [`Whisper::transcribe`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct Transcription {
-    /// The detected language and its probability (`None` when given).
-    pub language: Option<(String, f32)>,
-    pub segments: Vec<Segment>,
-    /// Windows decoded, and those of them skipped as silence.
-    pub windows: usize,
-    pub skipped: usize,
-    /// Seconds in the encoder, and in language detection and decoding.
-    pub encode_s: f64,
-    pub decode_s: f64,
-}
-
-/// A piece of a window's tokens between timestamps, before the blank ones are dropped.
-#[derive(Debug, Clone, PartialEq)]
-pub struct TimedTokens {
-    pub start: f64,
-    pub end: f64,
-    pub tokens: Vec<u32>,
-}
-
-/// faster-whisper's `_split_segments_by_timestamps` for the window of `size` frames at `seek`:
-/// the tokens split before each timestamp that follows a timestamp, every piece timed by its
-/// first and last token; when the tokens end in a single timestamp the remainder is a piece
-/// too and the next seek is past the window, otherwise the unfinished remainder is left out and
-/// the next seek is the last timestamp of the pieces. Without a timestamp pair the whole window
-/// is one piece, ending at its last timestamp when that is not 0.00, else at the window's end.
-/// Returns the pieces and the next seek.
-pub fn split_at_timestamps(
-    tokens: &[u32],
-    timestamp_begin: u32,
-    seek: usize,
-    size: usize,
-) -> (Vec<TimedTokens>, usize) {
-    let time_offset = seek as f64 * TIME_PER_FRAME;
-    let is_ts = |t: u32| t >= timestamp_begin;
-    let position = |t: u32| t as i64 - timestamp_begin as i64;
-    let n = tokens.len();
-    let single_ending = n >= 2 && !is_ts(tokens[n - 2]) && is_ts(tokens[n - 1]);
-    let mut cuts: Vec<usize> = (1..n)
-        .filter(|&i| is_ts(tokens[i]) && is_ts(tokens[i - 1]))
-        .collect();
-    if cuts.is_empty() {
-        let mut duration = size as f64 * TIME_PER_FRAME;
-        if let Some(&last) = tokens.iter().rev().find(|&&t| is_ts(t)) {
-            if last != timestamp_begin {
-                duration = position(last) as f64 * TIME_PRECISION;
-            }
-        }
-        let piece = TimedTokens {
-            start: time_offset,
-            end: time_offset + duration,
-            tokens: tokens.to_vec(),
-        };
-        return (vec![piece], seek + size);
-    }
-    if single_ending {
-        cuts.push(n);
-    }
-    let mut pieces = Vec::with_capacity(cuts.len());
-    let mut from = 0;
-    for &cut in &cuts {
-        let slice = &tokens[from..cut];
-        pieces.push(TimedTokens {
-            start: time_offset + position(slice[0]) as f64 * TIME_PRECISION,
-            end: time_offset + position(slice[slice.len() - 1]) as f64 * TIME_PRECISION,
-            tokens: slice.to_vec(),
-        });
-        from = cut;
-    }
-    let next = if single_ending {
-        seek + size
-    } else {
-        let last = position(tokens[from - 1]);
-        (seek as i64 + last * INPUT_STRIDE as i64).max(0) as usize
-    };
-    (pieces, next)
-}
-
-/// `ln Σ exp(x)` in f64; `-inf` when every value is `-inf`.
-fn log_sum_exp(x: &[f32]) -> f64 {
-    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-    if max == f32::NEG_INFINITY {
-        return f64::NEG_INFINITY;
-    }
-    let max = max as f64;
-    max + x.iter().map(|&v| (v as f64 - max).exp()).sum::<f64>().ln()
-}
-
-fn argmax(x: &[f32]) -> u32 {
-    let mut best = (0usize, f32::NEG_INFINITY);
-    for (i, &v) in x.iter().enumerate() {
-        if v > best.1 {
-            best = (i, v);
-        }
-    }
-    best.0 as u32
 }
 
 /// Columns `[0, d)`, `[d, 2d)`, `[2d, 3d)` of `x: [rows, 3d]` as three `[rows, d]` matrices.
@@ -1247,6 +797,7 @@ impl WhisperTokens {
             transcribe,
             translate,
             no_timestamps,
+            sot_prev: token_id("<|startofprev|>"),
             timestamp_begin: no_timestamps + 1,
             no_speech: token_id("<|nospeech|>").or_else(|| token_id("<|nocaptions|>")),
             languages,

@@ -1,0 +1,313 @@
+//! Whisper decoding with whisper-base against the goldens of
+//! `scripts/reference/make_whisper_goldens.py` (speech synthesized by espeak-ng, stored as a
+//! 16 kHz WAV):
+//!
+//! - one window without timestamps, greedy and with a beam of 5: the same tokens as
+//!   CTranslate2's `generate` in float32;
+//! - timestamp mode against faster-whisper 1.2.1's `transcribe` (temperature 0, no VAD) on the
+//!   clip and on longer inputs assembled from it, greedy without conditioning on previous text,
+//!   beam 5 with it (faster-whisper's default) and without it: the same windows, and segments
+//!   with the same seek, start, end, tokens and text.
+//!
+//! Needs the model: `scripts/fetch-models.sh whisper-base` (CI runs it first).
+
+use std::path::PathBuf;
+
+use synaptix_bundle::cache;
+use synaptix_infer::transcribe::{
+    generate, split_at_timestamps, transcribe, SearchOptions, TimedTokens, TranscribeEvent,
+    TranscribeOptions,
+};
+use synaptix_models::whisper::{Whisper, WhisperFiles, WhisperTokens, WINDOW_FRAMES};
+use synaptix_tokenizer::Tokenizer;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/whisper")
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .expect("id array")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
+struct Setup {
+    golden: serde_json::Value,
+    tokenizer: Tokenizer,
+    tokens: WhisperTokens,
+    model: Whisper,
+}
+
+impl Setup {
+    /// The model and the goldens; `None` (the test skipped) without the model.
+    fn load() -> Option<Setup> {
+        let dir = cache::models_dir().join("whisper-base");
+        let Ok(files) = WhisperFiles::in_dir(&dir) else {
+            eprintln!(
+                "SKIPPED: whisper-base not found in {} (run scripts/fetch-models.sh whisper-base)",
+                dir.display()
+            );
+            return None;
+        };
+        let text = std::fs::read_to_string(fixtures().join("goldens.json")).expect("goldens.json");
+        let golden = serde_json::from_str(&text).expect("valid json");
+        let tokenizer = Tokenizer::from_tokenizer_json(&files.tokenizer).expect("tokenizer.json");
+        let tokens = WhisperTokens::from_config(&files.config, &|t| tokenizer.token_id(t), &|id| {
+            tokenizer
+                .piece(id)
+                .map(|p| String::from_utf8_lossy(p).into_owned())
+        })
+        .expect("config.json");
+        let model = Whisper::load(&files.model).expect("model.bin");
+        Some(Setup {
+            golden,
+            tokenizer,
+            tokens,
+            model,
+        })
+    }
+
+    fn decode(&self, ids: &[u32]) -> String {
+        String::from_utf8_lossy(&self.tokenizer.detokenize(ids, true, false)).into_owned()
+    }
+}
+
+/// Greedy and beam-5 decoding of the clip's first window without timestamps: CTranslate2's
+/// tokens, streamed as generated, and (beam) its length-normalized score.
+#[test]
+fn generate_matches_ctranslate2() {
+    let Some(s) = Setup::load() else { return };
+    let clip = &s.golden["clips"][0];
+    let wav = fixtures().join(clip["wav"].as_str().expect("wav"));
+    let audio = synaptix_audio::read_wav(&wav).expect("wav fixture");
+    let mel = synaptix_audio::whisper_log_mel(&audio.samples, 80).expect("mel");
+    let len = (mel.frames - 1).min(WINDOW_FRAMES);
+    let mut window = vec![0f32; 80 * WINDOW_FRAMES];
+    for (c, row) in window.chunks_exact_mut(WINDOW_FRAMES).enumerate() {
+        row[..len].copy_from_slice(&mel.values[c * mel.frames..c * mel.frames + len]);
+    }
+    let encoded = s.model.encode(&window).expect("encode");
+    let prompt = ids(&clip["prompt"]);
+    assert_eq!(prompt[1], s.tokens.language("en").expect("en"));
+    assert_eq!(prompt[3], s.tokens.no_timestamps);
+    let beam = &s.golden["beam5"];
+    assert_eq!(ids(&beam["prompt"]), prompt);
+    for (beam_size, want) in [(1, clip), (5, beam)] {
+        let options = SearchOptions {
+            beam_size,
+            max_initial_timestamp_index: 50,
+        };
+        let mut streamed = Vec::new();
+        let got = generate(
+            &s.model,
+            &encoded,
+            &prompt,
+            &s.tokens,
+            &options,
+            &mut |id| streamed.push(id),
+        )
+        .expect("generate");
+        let text = s.decode(&got.tokens);
+        eprintln!("beam {beam_size}: {text}");
+        assert_eq!(
+            got.tokens,
+            ids(&want["tokens"]),
+            "beam {beam_size}: tokens differ from ctranslate2's: {text:?}"
+        );
+        assert_eq!(streamed, got.tokens);
+        assert_eq!(text, want["text"].as_str().expect("text"));
+        if let Some(score) = want["score"].as_f64() {
+            let normalized = got.sum_logprob / got.tokens.len() as f64;
+            eprintln!("beam {beam_size}: score {normalized:.5} (ctranslate2 {score:.5})");
+            assert!((normalized - score).abs() < 1e-3, "{normalized} vs {score}");
+        }
+    }
+}
+
+/// The clip's samples assembled as the goldens' `parts` say: `{"clip": [from, to]}` (to `null`:
+/// the clip's end) and `{"zeros": n}`, concatenated.
+fn assemble(clip: &[f32], parts: &serde_json::Value) -> Vec<f32> {
+    let mut out = Vec::new();
+    for part in parts.as_array().expect("parts") {
+        if let Some(n) = part.get("zeros") {
+            out.resize(out.len() + n.as_u64().expect("zeros") as usize, 0.0);
+        } else {
+            let range = &part["clip"];
+            let from = range[0].as_u64().expect("from") as usize;
+            let to = range[1].as_u64().map_or(clip.len(), |t| t as usize);
+            out.extend_from_slice(&clip[from..to]);
+        }
+    }
+    out
+}
+
+/// `transcribe` with `beam_size` and `condition` on every input of the goldens' `key`:
+/// faster-whisper's language, windows and segments.
+fn segments_match(key: &str, beam_size: usize, condition: bool) {
+    let Some(s) = Setup::load() else { return };
+    assert_eq!(s.tokens.timestamp_begin, 50364);
+    assert_eq!(s.tokens.no_speech, s.tokenizer.token_id("<|nocaptions|>"));
+    assert_eq!(s.tokens.sot_prev, s.tokenizer.token_id("<|startofprev|>"));
+    let clip = synaptix_audio::read_wav(&fixtures().join("speech16k.wav")).expect("wav fixture");
+    let decode = |ids: &[u32]| s.decode(ids);
+
+    let cases = s.golden[key].as_array().expect(key);
+    assert!(cases.len() >= 3);
+    for case in cases {
+        let name = format!("{key}/{}", case["name"].as_str().expect("name"));
+        let samples = assemble(&clip.samples, &case["parts"]);
+        assert_eq!(
+            samples.len() as u64,
+            case["samples"].as_u64().expect("samples")
+        );
+        let mel = synaptix_audio::whisper_log_mel(&samples, 80).expect("mel");
+        let options = TranscribeOptions {
+            beam_size,
+            condition_on_previous_text: condition,
+            ..TranscribeOptions::new(s.tokens.transcribe, None)
+        };
+        let mut streamed = Vec::new();
+        let got = transcribe(
+            &s.model,
+            &mel.values,
+            mel.frames,
+            &s.tokens,
+            &options,
+            &decode,
+            &mut |event| {
+                if let TranscribeEvent::Segment(s) = event {
+                    streamed.push(s.clone());
+                }
+            },
+        )
+        .expect("transcribe");
+        let (language, p) = got.language.clone().expect("detected");
+        let p_ref = case["language_probability"].as_f64().expect("p");
+        eprintln!(
+            "{name}: {:.2} s, {} windows, language {language} p {p:.4} (faster-whisper {p_ref:.4}), encoder {:.2} s, decoder {:.2} s",
+            samples.len() as f64 / 16000.0,
+            got.windows,
+            got.encode_s,
+            got.decode_s,
+        );
+        assert_eq!(language, case["language"].as_str().expect("language"));
+        assert_eq!(got.segments, streamed);
+        let want = case["segments"].as_array().expect("segments");
+        for s in &got.segments {
+            eprintln!(
+                "  [{:7.2} -> {:7.2}] seek {:5} avg_logprob {:.4} no_speech {:.4} {:?}",
+                s.start, s.end, s.seek, s.avg_logprob, s.no_speech_prob, s.text
+            );
+        }
+        for (i, (s, w)) in got.segments.iter().zip(want).enumerate() {
+            let at = format!("{name} segment {i}");
+            assert_eq!(
+                s.tokens,
+                ids(&w["tokens"]),
+                "{at}: tokens differ ({:?})",
+                s.text
+            );
+            assert_eq!(
+                s.seek as u64,
+                w["seek"].as_u64().expect("seek"),
+                "{at}: seek"
+            );
+            for (got, key) in [(s.start, "start"), (s.end, "end")] {
+                let want = w[key].as_f64().expect(key);
+                assert!((got - want).abs() < 1e-9, "{at}: {key} {got} != {want}");
+            }
+            assert_eq!(s.text, w["text"].as_str().expect("text"), "{at}: text");
+            let avg = w["avg_logprob"].as_f64().expect("avg_logprob");
+            let nsp = w["no_speech_prob"].as_f64().expect("no_speech_prob");
+            assert!(
+                (s.avg_logprob - avg).abs() < 1e-3,
+                "{at}: avg_logprob {} vs {avg}",
+                s.avg_logprob
+            );
+            assert!(
+                (s.no_speech_prob as f64 - nsp).abs() < 1e-3,
+                "{at}: no_speech_prob {} vs {nsp}",
+                s.no_speech_prob
+            );
+        }
+        assert_eq!(got.segments.len(), want.len(), "{name}: segment count");
+        assert_eq!(
+            got.windows as u64,
+            case["windows"].as_u64().expect("windows"),
+            "{name}: windows"
+        );
+        assert_eq!(
+            got.skipped as u64,
+            case["windows_skipped"].as_u64().expect("skipped"),
+            "{name}: windows skipped as silence"
+        );
+    }
+}
+
+/// Greedy, no conditioning on previous text (goldens' `timestamped`).
+#[test]
+fn greedy_segments_match_faster_whisper() {
+    segments_match("timestamped", 1, false);
+}
+
+/// faster-whisper's defaults at temperature 0: beam 5, the previous text as prompt.
+#[test]
+fn beam5_segments_match_faster_whisper() {
+    segments_match("timestamped_beam5", 5, true);
+}
+
+/// Beam 5 without conditioning on previous text.
+#[test]
+fn beam5_unconditioned_segments_match_faster_whisper() {
+    segments_match("timestamped_beam5_no_condition", 5, false);
+}
+
+fn ts(i: u32) -> u32 {
+    50364 + i
+}
+
+/// faster-whisper's `_split_segments_by_timestamps` on hand-made windows (no model needed).
+#[test]
+fn split_at_timestamps_like_faster_whisper() {
+    let tb = 50364;
+    // Pairs, then an unfinished piece: the remainder is dropped, seek moves to the last pair.
+    let tokens = [ts(0), 1, 2, ts(150), ts(150), 3, ts(300), ts(310), 4, 5];
+    let (pieces, seek) = split_at_timestamps(&tokens, tb, 1000, 3000);
+    assert_eq!(
+        pieces,
+        vec![
+            TimedTokens {
+                start: 10.0,
+                end: 10.0 + 150.0 * 0.02,
+                tokens: vec![ts(0), 1, 2, ts(150)]
+            },
+            TimedTokens {
+                start: 10.0 + 150.0 * 0.02,
+                end: 10.0 + 300.0 * 0.02,
+                tokens: vec![ts(150), 3, ts(300)]
+            },
+        ]
+    );
+    assert_eq!(seek, 1000 + 300 * 2);
+    // A single timestamp at the end: the last piece is kept and the whole window consumed.
+    let tokens = [ts(0), 1, ts(50), ts(60), 2, ts(90)];
+    let (pieces, seek) = split_at_timestamps(&tokens, tb, 0, 2500);
+    assert_eq!(pieces.len(), 2);
+    assert_eq!(pieces[1].tokens, vec![ts(60), 2, ts(90)]);
+    assert!((pieces[1].end - 90.0 * 0.02).abs() < 1e-12);
+    assert_eq!(seek, 2500);
+    // No pair: one piece to the last timestamp, the window consumed.
+    let (pieces, seek) = split_at_timestamps(&[ts(0), 7, 8, ts(100)], tb, 3000, 3000);
+    assert_eq!(pieces.len(), 1);
+    assert_eq!(
+        (pieces[0].start, pieces[0].end),
+        (30.0, 30.0 + 100.0 * 0.02)
+    );
+    assert_eq!(seek, 6000);
+    // No timestamp past 0.00: the piece lasts the window.
+    let (pieces, seek) = split_at_timestamps(&[ts(0), 7, 8], tb, 0, 1234);
+    assert_eq!((pieces[0].start, pieces[0].end), (0.0, 12.34));
+    assert_eq!(seek, 1234);
+}
