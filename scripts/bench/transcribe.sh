@@ -18,7 +18,7 @@ bin=target/release/synaptix
 
 ours=$(mktemp); trap 'rm -f "$ours"' EXIT
 for ((i = 0; i < runs; i++)); do
-  "$bin" transcribe "$model" "$wav" --no-timestamps --json -t "$threads" >>"$ours"
+  "$bin" transcribe "$model" "$wav" --no-timestamps --beam-size 1 --json -t "$threads" >>"$ours"
 done
 python3 - "$model" "$wav" "$threads" "$runs" "$ours" <<'PY'
 import json, statistics, sys, time, wave
