@@ -17,10 +17,11 @@
 
 use std::path::{Path, PathBuf};
 
-use synaptix_bundle::ct2::{Ct2DType, Ct2File};
+use synaptix_bundle::ct2::Ct2File;
 use synaptix_kernels_cpu::dense::{
-    attention, attention_heads, conv1d, gelu_erf_inplace, layer_norm, linear, HeadsKv, WeightRef,
+    attention, attention_heads, conv1d, gelu_erf_inplace, linear, HeadsKv,
 };
+use synaptix_nn::dense::{split_columns, DenseLinear, DenseWeight, LayerNorm, PreNormGeluMlp};
 
 use crate::{ModelError, Result};
 
@@ -37,154 +38,22 @@ fn bad(path: &Path, problem: impl Into<String>) -> ModelError {
     }
 }
 
-/// A weight matrix `[rows, cols]` as the file stores it: float16 kept as half bits (the products
-/// convert them exactly, so the results are those of an f32 copy, with half the bytes to read),
-/// any other type converted to f32.
-enum Stored {
-    F32(Vec<f32>),
-    F16(Vec<u16>),
-}
-
-impl Stored {
-    fn load(file: &Ct2File, name: &str, rows: usize, cols: usize) -> Result<Stored> {
-        match file.get(name) {
-            Some(v) if v.dtype == Ct2DType::F16 && v.elements() == rows * cols => {
-                let bytes = file.bytes(v);
-                Ok(Stored::F16(
-                    bytes
-                        .chunks_exact(2)
-                        .map(|b| u16::from_le_bytes([b[0], b[1]]))
-                        .collect(),
-                ))
-            }
-            // Any other case: f32_matrix converts, or names the missing variable or the shape.
-            _ => Ok(Stored::F32(file.f32_matrix(name, rows, cols)?)),
-        }
-    }
-
-    fn weight(&self) -> WeightRef<'_> {
-        match self {
-            Stored::F32(w) => WeightRef::F32(w),
-            Stored::F16(w) => WeightRef::F16(w),
-        }
-    }
-
-    /// Row `j` of `cols` values, as f32, appended to `out`.
-    fn extend_row(&self, j: usize, cols: usize, out: &mut Vec<f32>) {
-        match self {
-            Stored::F32(w) => out.extend_from_slice(&w[j * cols..(j + 1) * cols]),
-            Stored::F16(w) => out.extend(
-                w[j * cols..(j + 1) * cols]
-                    .iter()
-                    .map(|&h| f16_bits_to_f32(h)),
-            ),
-        }
-    }
-}
-
-fn f16_bits_to_f32(h: u16) -> f32 {
-    half::f16::from_bits(h).to_f32()
-}
-
-/// `[out, in]` weight with its bias.
-struct Dense {
-    w: Stored,
-    b: Option<Vec<f32>>,
-    out: usize,
-    inp: usize,
-}
-
-impl Dense {
-    fn load(file: &Ct2File, prefix: &str, out: usize, inp: usize, bias: bool) -> Result<Dense> {
-        let w = Stored::load(file, &format!("{prefix}/weight"), out, inp)?;
-        let b = if bias {
-            Some(file.f32_matrix(&format!("{prefix}/bias"), 1, out)?)
-        } else {
-            None
-        };
-        Ok(Dense { w, b, out, inp })
-    }
-    /// `x: [rows, inp]` → `[rows, out]`.
-    fn forward(&self, x: &[f32], rows: usize) -> Result<Vec<f32>> {
-        Ok(linear(
-            x,
-            rows,
-            self.w.weight(),
-            self.out,
-            self.inp,
-            self.b.as_deref(),
-        )?)
-    }
-}
-
-struct Norm {
-    gamma: Vec<f32>,
-    beta: Vec<f32>,
-}
-
-impl Norm {
-    fn load(file: &Ct2File, prefix: &str, dim: usize) -> Result<Norm> {
-        Ok(Norm {
-            gamma: file.f32_matrix(&format!("{prefix}/gamma"), 1, dim)?,
-            beta: file.f32_matrix(&format!("{prefix}/beta"), 1, dim)?,
-        })
-    }
-    fn forward(&self, x: &[f32]) -> Result<Vec<f32>> {
-        Ok(layer_norm(x, &self.gamma, &self.beta, LN_EPS)?)
-    }
-}
-
-/// LayerNorm, `fc1` with exact GELU, `fc2`, added to `x`.
-struct Ffn {
-    norm: Norm,
-    fc1: Dense,
-    fc2: Dense,
-}
-
-impl Ffn {
-    fn load(file: &Ct2File, path: &Path, prefix: &str, d: usize) -> Result<Ffn> {
-        let hidden = file
-            .get(&format!("{prefix}/linear_0/weight"))
-            .map(|v| v.shape.first().copied().unwrap_or(0))
-            .unwrap_or(0);
-        if hidden == 0 {
-            return Err(bad(
-                path,
-                format!("'{prefix}/linear_0/weight' is missing or empty"),
-            ));
-        }
-        Ok(Ffn {
-            norm: Norm::load(file, &format!("{prefix}/layer_norm"), d)?,
-            fc1: Dense::load(file, &format!("{prefix}/linear_0"), hidden, d, true)?,
-            fc2: Dense::load(file, &format!("{prefix}/linear_1"), d, hidden, true)?,
-        })
-    }
-    fn add_to(&self, x: &mut [f32], rows: usize) -> Result<()> {
-        let h = self.norm.forward(x)?;
-        let mut h = self.fc1.forward(&h, rows)?;
-        gelu_erf_inplace(&mut h);
-        let h = self.fc2.forward(&h, rows)?;
-        x.iter_mut().zip(&h).for_each(|(a, b)| *a += b);
-        Ok(())
-    }
-}
-
 struct EncoderLayer {
-    norm: Norm,
-    qkv: Dense,
-    out: Dense,
-    ffn: Ffn,
+    norm: LayerNorm,
+    qkv: DenseLinear,
+    out: DenseLinear,
+    ffn: PreNormGeluMlp,
 }
 
 struct DecoderLayer {
-    self_norm: Norm,
-    self_qkv: Dense,
-    self_out: Dense,
-    cross_norm: Norm,
-    cross_q: Dense,
-    cross_kv: Dense,
-    cross_out: Dense,
-    ffn: Ffn,
+    self_norm: LayerNorm,
+    self_qkv: DenseLinear,
+    self_out: DenseLinear,
+    cross_norm: LayerNorm,
+    cross_q: DenseLinear,
+    cross_kv: DenseLinear,
+    cross_out: DenseLinear,
+    ffn: PreNormGeluMlp,
 }
 
 /// Sizes read from the file.
@@ -228,18 +97,18 @@ pub struct WhisperTokens {
 pub struct Whisper {
     dims: WhisperDims,
     /// `[d_model, n_mels · 3]` and `[d_model, d_model · 3]` with their biases.
-    conv1: (Stored, Vec<f32>),
-    conv2: (Stored, Vec<f32>),
+    conv1: (DenseWeight, Vec<f32>),
+    conv2: (DenseWeight, Vec<f32>),
     /// `[audio_positions, d_model]`.
     encoder_positions: Vec<f32>,
     encoder_layers: Vec<EncoderLayer>,
-    encoder_norm: Norm,
+    encoder_norm: LayerNorm,
     /// `[vocab, d_model]`, also the output projection.
-    embedding: Stored,
+    embedding: DenseWeight,
     /// `[MAX_TEXT_POSITIONS, d_model]`.
     decoder_positions: Vec<f32>,
     decoder_layers: Vec<DecoderLayer>,
-    decoder_norm: Norm,
+    decoder_norm: LayerNorm,
 }
 
 /// The encoder's output for one window and each decoder layer's cross-attention keys and values.
@@ -376,9 +245,9 @@ impl Whisper {
             return Err(bad(model_bin, "no encoder or decoder layers"));
         }
         let d = d_model;
-        let conv = |name: &str, c_in: usize| -> Result<(Stored, Vec<f32>)> {
+        let conv = |name: &str, c_in: usize| -> Result<(DenseWeight, Vec<f32>)> {
             Ok((
-                Stored::load(&file, &format!("encoder/{name}/weight"), d, c_in * 3)?,
+                DenseWeight::load(&file, &format!("encoder/{name}/weight"), d, c_in * 3)?,
                 file.f32_matrix(&format!("encoder/{name}/bias"), 1, d)?,
             ))
         };
@@ -386,16 +255,27 @@ impl Whisper {
             .map(|i| {
                 let p = format!("encoder/layer_{i}");
                 Ok(EncoderLayer {
-                    norm: Norm::load(&file, &format!("{p}/self_attention/layer_norm"), d)?,
-                    qkv: Dense::load(
+                    norm: LayerNorm::load(
+                        &file,
+                        &format!("{p}/self_attention/layer_norm"),
+                        d,
+                        LN_EPS,
+                    )?,
+                    qkv: DenseLinear::load(
                         &file,
                         &format!("{p}/self_attention/linear_0"),
                         3 * d,
                         d,
                         true,
                     )?,
-                    out: Dense::load(&file, &format!("{p}/self_attention/linear_1"), d, d, true)?,
-                    ffn: Ffn::load(&file, model_bin, &format!("{p}/ffn"), d)?,
+                    out: DenseLinear::load(
+                        &file,
+                        &format!("{p}/self_attention/linear_1"),
+                        d,
+                        d,
+                        true,
+                    )?,
+                    ffn: PreNormGeluMlp::load(&file, &format!("{p}/ffn"), d, LN_EPS)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -403,32 +283,54 @@ impl Whisper {
             .map(|i| {
                 let p = format!("decoder/layer_{i}");
                 Ok(DecoderLayer {
-                    self_norm: Norm::load(&file, &format!("{p}/self_attention/layer_norm"), d)?,
-                    self_qkv: Dense::load(
+                    self_norm: LayerNorm::load(
+                        &file,
+                        &format!("{p}/self_attention/layer_norm"),
+                        d,
+                        LN_EPS,
+                    )?,
+                    self_qkv: DenseLinear::load(
                         &file,
                         &format!("{p}/self_attention/linear_0"),
                         3 * d,
                         d,
                         true,
                     )?,
-                    self_out: Dense::load(
+                    self_out: DenseLinear::load(
                         &file,
                         &format!("{p}/self_attention/linear_1"),
                         d,
                         d,
                         true,
                     )?,
-                    cross_norm: Norm::load(&file, &format!("{p}/attention/layer_norm"), d)?,
-                    cross_q: Dense::load(&file, &format!("{p}/attention/linear_0"), d, d, true)?,
-                    cross_kv: Dense::load(
+                    cross_norm: LayerNorm::load(
+                        &file,
+                        &format!("{p}/attention/layer_norm"),
+                        d,
+                        LN_EPS,
+                    )?,
+                    cross_q: DenseLinear::load(
+                        &file,
+                        &format!("{p}/attention/linear_0"),
+                        d,
+                        d,
+                        true,
+                    )?,
+                    cross_kv: DenseLinear::load(
                         &file,
                         &format!("{p}/attention/linear_1"),
                         2 * d,
                         d,
                         true,
                     )?,
-                    cross_out: Dense::load(&file, &format!("{p}/attention/linear_2"), d, d, true)?,
-                    ffn: Ffn::load(&file, model_bin, &format!("{p}/ffn"), d)?,
+                    cross_out: DenseLinear::load(
+                        &file,
+                        &format!("{p}/attention/linear_2"),
+                        d,
+                        d,
+                        true,
+                    )?,
+                    ffn: PreNormGeluMlp::load(&file, &format!("{p}/ffn"), d, LN_EPS)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -442,15 +344,15 @@ impl Whisper {
                 d,
             )?,
             encoder_layers,
-            encoder_norm: Norm::load(&file, "encoder/layer_norm", d)?,
-            embedding: Stored::load(&file, "decoder/embeddings/weight", vocab, d)?,
+            encoder_norm: LayerNorm::load(&file, "encoder/layer_norm", d, LN_EPS)?,
+            embedding: DenseWeight::load(&file, "decoder/embeddings/weight", vocab, d)?,
             decoder_positions: file.f32_matrix(
                 "decoder/position_encodings/encodings",
                 MAX_TEXT_POSITIONS,
                 d,
             )?,
             decoder_layers,
-            decoder_norm: Norm::load(&file, "decoder/layer_norm", d)?,
+            decoder_norm: LayerNorm::load(&file, "decoder/layer_norm", d, LN_EPS)?,
         })
     }
 
@@ -516,7 +418,7 @@ impl Whisper {
         for layer in &self.encoder_layers {
             let h = layer.norm.forward(&x)?;
             let qkv = layer.qkv.forward(&h, rows)?;
-            let (q, k, v) = split3(&qkv, rows, d);
+            let [q, k, v] = split_columns::<3>(&qkv, rows, d);
             let a = attention(&q, &k, &v, (rows, rows), self.dims.encoder_heads, None)?;
             let o = layer.out.forward(&a, rows)?;
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
@@ -528,7 +430,7 @@ impl Whisper {
             .iter()
             .map(|layer| {
                 let kv = layer.cross_kv.forward(&x, rows)?;
-                let (k, v) = split2(&kv, rows, d);
+                let [k, v] = split_columns::<2>(&kv, rows, d);
                 Ok(HeadsKv::from_rows(&k, &v, rows, self.dims.decoder_heads)?)
             })
             .collect::<Result<Vec<_>>>()?;
@@ -612,7 +514,7 @@ impl Whisper {
         for (l, (layer, cross)) in self.decoder_layers.iter().zip(&audio.cross).enumerate() {
             let h = layer.self_norm.forward(&x)?;
             let qkv = layer.self_qkv.forward(&h, rows)?;
-            let (q, k, v) = split3(&qkv, rows, d);
+            let [q, k, v] = split_columns::<3>(&qkv, rows, d);
             let mut a = Vec::with_capacity(rows * d);
             for (s, cache) in caches.iter_mut().enumerate() {
                 let (sk, sv) = &mut cache.kv[l];
@@ -699,30 +601,6 @@ impl Whisper {
             .unwrap_or_default();
         Ok((code, (((score - max) as f64).exp() / sum) as f32))
     }
-}
-
-/// Columns `[0, d)`, `[d, 2d)`, `[2d, 3d)` of `x: [rows, 3d]` as three `[rows, d]` matrices.
-fn split3(x: &[f32], rows: usize, d: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-    let (mut a, mut b, mut c) = (
-        Vec::with_capacity(rows * d),
-        Vec::with_capacity(rows * d),
-        Vec::with_capacity(rows * d),
-    );
-    for r in x.chunks_exact(3 * d) {
-        a.extend_from_slice(&r[..d]);
-        b.extend_from_slice(&r[d..2 * d]);
-        c.extend_from_slice(&r[2 * d..]);
-    }
-    (a, b, c)
-}
-
-fn split2(x: &[f32], rows: usize, d: usize) -> (Vec<f32>, Vec<f32>) {
-    let (mut a, mut b) = (Vec::with_capacity(rows * d), Vec::with_capacity(rows * d));
-    for r in x.chunks_exact(2 * d) {
-        a.extend_from_slice(&r[..d]);
-        b.extend_from_slice(&r[d..]);
-    }
-    (a, b)
 }
 
 impl WhisperTokens {

@@ -13,6 +13,7 @@ mod block;
 pub mod cpu;
 pub mod cuda;
 mod cuda_replay;
+pub mod dense;
 mod embedding;
 mod error;
 pub mod ggml_math;
