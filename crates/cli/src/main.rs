@@ -54,7 +54,7 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Convert a GGUF file's weight matrices to another type (q8_0, q4_0, f16, ...)
     Quantize(quantize::QuantizeArgs),
-    /// Turn speech into text with a Whisper model (WAV in, timestamped segments out)
+    /// Turn speech into text with a Whisper model (WAV, FLAC, MP3 or Ogg in; timestamped segments out)
     Transcribe(transcribe::TranscribeArgs),
 }
 

@@ -33,7 +33,8 @@ pub struct TranscribeArgs {
     /// Whisper model directory in CTranslate2's layout (model.bin, config.json, tokenizer.json,
     /// as faster-whisper uses), or the name of a fetched model (whisper-base)
     pub model: PathBuf,
-    /// Audio file: WAV (PCM 8/16/24/32-bit or float), any sample rate, mono or several channels
+    /// Audio file: WAV (PCM 8/16/24/32-bit or float), FLAC, MP3 or Ogg Vorbis (found from the
+    /// content), any sample rate, mono or several channels
     pub audio: PathBuf,
     /// Language of the speech as a code (en, de, fr, ...); auto detects it from the first 30 s
     #[arg(short = 'l', long, default_value = "auto")]
