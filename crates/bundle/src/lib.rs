@@ -4,11 +4,14 @@
 //!   writer used by conversion tools and tests.
 //! - [`ct2`]: CTranslate2 `model.bin` reader (binary versions 5 and 6, memory-mapped, strictly
 //!   validated).
+//! - [`safetensors`]: Hugging Face safetensors reader (memory-mapped, strictly validated).
 //! - [`cache`]: where fetched models are cached.
 
 pub mod cache;
 pub mod ct2;
 pub mod gguf;
+pub mod safetensors;
 
 pub use ct2::{Ct2DType, Ct2Error, Ct2File, Ct2Variable};
 pub use gguf::{GgufError, GgufFile, TensorInfo, Value, ValueType};
+pub use safetensors::{SafetensorsError, SafetensorsFile, StDType, StTensor};
