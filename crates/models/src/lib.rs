@@ -8,7 +8,9 @@
 //! | `qwen3` | [`qwen3`] | Qwen3 dense (QK-norm) |
 //! | `gemma3` | [`gemma3`] | Gemma 3 text (sliding-window and global layers) |
 //! | Whisper (CTranslate2) | [`whisper`] | Whisper speech recognition (encoder-decoder) |
+//! | BERT (safetensors) | [`bert`] | BERT sentence encoders (sentence-transformers, e.g. all-MiniLM-L6-v2) |
 
+pub mod bert;
 mod decoder;
 pub mod gemma3;
 mod hparams;
@@ -39,6 +41,8 @@ pub enum ModelError {
     Nn(#[from] NnError),
     #[error(transparent)]
     Ct2(#[from] synaptix_bundle::ct2::Ct2Error),
+    #[error(transparent)]
+    Safetensors(#[from] synaptix_bundle::safetensors::SafetensorsError),
     #[error(transparent)]
     Kernel(#[from] synaptix_core::Error),
     #[error("{path}: unsupported architecture '{arch}' (supported: {})", SUPPORTED_ARCHITECTURES.join(", "))]

@@ -1,14 +1,77 @@
-//! f32 CPU layers for encoder-decoder models (Whisper, later BERT-style encoders), loaded from
-//! CTranslate2 `model.bin` variables by prefix: a linear layer whose float16 weight is kept as
-//! stored (converted exactly inside the products: the results of an f32 copy with half the bytes
-//! to read), LayerNorm with bias, and the pre-norm GELU MLP with its residual. Activations are
-//! row-major `[rows, features]`. These run on kernels-cpu's `dense` ops; they join the
-//! [`crate::Backend`] trait when such models move to the GPU.
+//! f32 CPU layers for encoder and encoder-decoder models (Whisper, BERT), loaded by full tensor
+//! name from any [`DenseSource`]: CTranslate2's `model.bin` ([`Ct2File`], names like
+//! `encoder/layer_0/ffn/linear_0/weight`) or a safetensors file ([`SafetensorsFile`], names like
+//! `encoder.layer.0.intermediate.dense.weight`). Layers: a linear layer whose float16 weight is
+//! kept as stored (converted exactly inside the products: the results of an f32 copy with half
+//! the bytes to read), LayerNorm with bias, and the pre-norm GELU MLP with its residual.
+//! Activations are row-major `[rows, features]`. These run on kernels-cpu's `dense` ops; they
+//! join the [`crate::Backend`] trait when such models move to the GPU.
 
 use synaptix_bundle::ct2::{Ct2DType, Ct2File};
+use synaptix_bundle::safetensors::{SafetensorsFile, StDType};
 use synaptix_kernels_cpu::dense::{gelu_erf_inplace, layer_norm, linear, WeightRef};
 
 use crate::{NnError, Result};
+
+/// A file the dense layers load from, by full tensor name.
+pub trait DenseSource {
+    /// The file, for messages.
+    fn source_name(&self) -> String;
+    /// The tensor's shape (outermost first), `None` when absent.
+    fn tensor_shape(&self, name: &str) -> Option<Vec<usize>>;
+    /// All values as f32 after checking there are `rows × cols` of them (a missing tensor, a
+    /// count mismatch or a non-float type is an error naming the file).
+    fn f32_matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Vec<f32>>;
+    /// The raw half bits when the tensor is stored as float16 with `len` elements, else `None`.
+    fn f16_bits(&self, name: &str, len: usize) -> Option<Vec<u16>>;
+}
+
+fn half_bits(bytes: &[u8]) -> Vec<u16> {
+    bytes
+        .chunks_exact(2)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]))
+        .collect()
+}
+
+impl DenseSource for Ct2File {
+    fn source_name(&self) -> String {
+        self.path().display().to_string()
+    }
+    fn tensor_shape(&self, name: &str) -> Option<Vec<usize>> {
+        self.get(name).map(|v| v.shape.clone())
+    }
+    fn f32_matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Vec<f32>> {
+        Ok(Ct2File::f32_matrix(self, name, rows, cols)?)
+    }
+    fn f16_bits(&self, name: &str, len: usize) -> Option<Vec<u16>> {
+        match self.get(name) {
+            Some(v) if v.dtype == Ct2DType::F16 && v.elements() == len => {
+                Some(half_bits(self.bytes(v)))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl DenseSource for SafetensorsFile {
+    fn source_name(&self) -> String {
+        self.path().display().to_string()
+    }
+    fn tensor_shape(&self, name: &str) -> Option<Vec<usize>> {
+        self.get(name).map(|t| t.shape.clone())
+    }
+    fn f32_matrix(&self, name: &str, rows: usize, cols: usize) -> Result<Vec<f32>> {
+        Ok(SafetensorsFile::f32_matrix(self, name, rows, cols)?)
+    }
+    fn f16_bits(&self, name: &str, len: usize) -> Option<Vec<u16>> {
+        match self.get(name) {
+            Some(t) if t.dtype == StDType::F16 && t.elements() == len => {
+                Some(half_bits(self.bytes(t)))
+            }
+            _ => None,
+        }
+    }
+}
 
 /// A weight matrix `[rows, cols]` as the file stores it: float16 kept as half bits, any other
 /// type converted to f32.
@@ -19,18 +82,16 @@ pub enum DenseWeight {
 
 impl DenseWeight {
     /// Variable `name`, which must hold `rows × cols` values.
-    pub fn load(file: &Ct2File, name: &str, rows: usize, cols: usize) -> Result<DenseWeight> {
-        match file.get(name) {
-            Some(v) if v.dtype == Ct2DType::F16 && v.elements() == rows * cols => {
-                Ok(DenseWeight::F16(
-                    file.bytes(v)
-                        .chunks_exact(2)
-                        .map(|b| u16::from_le_bytes([b[0], b[1]]))
-                        .collect(),
-                ))
-            }
+    pub fn load<S: DenseSource + ?Sized>(
+        file: &S,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<DenseWeight> {
+        match rows.checked_mul(cols).and_then(|n| file.f16_bits(name, n)) {
+            Some(bits) => Ok(DenseWeight::F16(bits)),
             // Any other case: f32_matrix converts, or names the missing variable or the shape.
-            _ => Ok(DenseWeight::F32(file.f32_matrix(name, rows, cols)?)),
+            None => Ok(DenseWeight::F32(file.f32_matrix(name, rows, cols)?)),
         }
     }
 
@@ -54,7 +115,7 @@ impl DenseWeight {
     }
 }
 
-/// `y = x · Wᵀ (+ b)` with `W: [out, inp]` (`{prefix}/weight`, `{prefix}/bias`).
+/// `y = x · Wᵀ (+ b)` with `W: [out, inp]`.
 pub struct DenseLinear {
     w: DenseWeight,
     b: Option<Vec<f32>>,
@@ -63,18 +124,30 @@ pub struct DenseLinear {
 }
 
 impl DenseLinear {
-    pub fn load(
-        file: &Ct2File,
+    /// CTranslate2's names: `{prefix}/weight`, `{prefix}/bias`.
+    pub fn load<S: DenseSource + ?Sized>(
+        file: &S,
         prefix: &str,
         out: usize,
         inp: usize,
         bias: bool,
     ) -> Result<DenseLinear> {
-        let w = DenseWeight::load(file, &format!("{prefix}/weight"), out, inp)?;
-        let b = if bias {
-            Some(file.f32_matrix(&format!("{prefix}/bias"), 1, out)?)
-        } else {
-            None
+        let b = bias.then(|| format!("{prefix}/bias"));
+        DenseLinear::load_named(file, &format!("{prefix}/weight"), b.as_deref(), out, inp)
+    }
+
+    /// The weight and (optional) bias by full name.
+    pub fn load_named<S: DenseSource + ?Sized>(
+        file: &S,
+        weight: &str,
+        bias: Option<&str>,
+        out: usize,
+        inp: usize,
+    ) -> Result<DenseLinear> {
+        let w = DenseWeight::load(file, weight, out, inp)?;
+        let b = match bias {
+            Some(name) => Some(file.f32_matrix(name, 1, out)?),
+            None => None,
         };
         Ok(DenseLinear { w, b, out, inp })
     }
@@ -96,7 +169,7 @@ impl DenseLinear {
     }
 }
 
-/// LayerNorm with bias over the last dimension (`{prefix}/gamma`, `{prefix}/beta`).
+/// LayerNorm with bias over the last dimension.
 pub struct LayerNorm {
     gamma: Vec<f32>,
     beta: Vec<f32>,
@@ -104,10 +177,28 @@ pub struct LayerNorm {
 }
 
 impl LayerNorm {
-    pub fn load(file: &Ct2File, prefix: &str, dim: usize, eps: f32) -> Result<LayerNorm> {
+    /// CTranslate2's names: `{prefix}/gamma`, `{prefix}/beta`.
+    pub fn load<S: DenseSource + ?Sized>(
+        file: &S,
+        prefix: &str,
+        dim: usize,
+        eps: f32,
+    ) -> Result<LayerNorm> {
+        let (w, b) = (format!("{prefix}/gamma"), format!("{prefix}/beta"));
+        LayerNorm::load_named(file, &w, &b, dim, eps)
+    }
+
+    /// The scale and shift by full name (Hugging Face: `{prefix}.weight`, `{prefix}.bias`).
+    pub fn load_named<S: DenseSource + ?Sized>(
+        file: &S,
+        weight: &str,
+        bias: &str,
+        dim: usize,
+        eps: f32,
+    ) -> Result<LayerNorm> {
         Ok(LayerNorm {
-            gamma: file.f32_matrix(&format!("{prefix}/gamma"), 1, dim)?,
-            beta: file.f32_matrix(&format!("{prefix}/beta"), 1, dim)?,
+            gamma: file.f32_matrix(weight, 1, dim)?,
+            beta: file.f32_matrix(bias, 1, dim)?,
             eps,
         })
     }
@@ -127,15 +218,21 @@ pub struct PreNormGeluMlp {
 }
 
 impl PreNormGeluMlp {
-    pub fn load(file: &Ct2File, prefix: &str, d: usize, eps: f32) -> Result<PreNormGeluMlp> {
+    /// CTranslate2's names (see the type).
+    pub fn load<S: DenseSource + ?Sized>(
+        file: &S,
+        prefix: &str,
+        d: usize,
+        eps: f32,
+    ) -> Result<PreNormGeluMlp> {
         let name = format!("{prefix}/linear_0/weight");
         let hidden = file
-            .get(&name)
-            .and_then(|v| v.shape.first().copied())
+            .tensor_shape(&name)
+            .and_then(|s| s.first().copied())
             .unwrap_or(0);
         if hidden == 0 {
             return Err(NnError::MissingTensor {
-                source_name: file.path().display().to_string(),
+                source_name: file.source_name(),
                 name,
             });
         }

@@ -10,6 +10,8 @@ pub enum NnError {
     #[error(transparent)]
     Ct2(#[from] synaptix_bundle::ct2::Ct2Error),
     #[error(transparent)]
+    Safetensors(#[from] synaptix_bundle::safetensors::SafetensorsError),
+    #[error(transparent)]
     Cuda(#[from] synaptix_kernels_cuda::CudaError),
     #[error("{source_name}: missing tensor '{name}'")]
     MissingTensor { source_name: String, name: String },

@@ -107,7 +107,13 @@ impl HfTokenizer {
             source,
         })?;
         let json: Json = serde_json::from_slice(&raw).map_err(|e| err(e.to_string()))?;
-        let inner = tokenizers::Tokenizer::from_bytes(&raw).map_err(|e| err(e.to_string()))?;
+        let mut inner = tokenizers::Tokenizer::from_bytes(&raw).map_err(|e| err(e.to_string()))?;
+        // The file's truncation and padding (BERT exports carry e.g. a fixed 128) are a batch
+        // encoder's settings: `encode` gives a text's ids whole, and callers truncate or pad.
+        inner
+            .with_truncation(None)
+            .map_err(|e| err(e.to_string()))?;
+        inner.with_padding(None);
 
         let style = piece_style(json.get("decoder"));
         let added = inner.get_added_tokens_decoder();
