@@ -199,11 +199,83 @@ fn transcribe_bad_input() {
     );
     fails(&["transcribe", p(&real), p(&nowhere)], "nowhere");
     let text = s.file("text.wav", b"hello, this is not audio at all\n");
-    fails(&["transcribe", p(&real), p(&text)], "unsupported audio format");
+    fails(
+        &["transcribe", p(&real), p(&text)],
+        "unsupported audio format",
+    );
     let wav = std::fs::read(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/whisper/speech16k.wav"),
     )
     .unwrap();
     let cut = s.file("cut.wav", &wav[..wav.len() / 3]);
     fails(&["transcribe", p(&real), p(&cut)], "truncated");
+}
+
+#[test]
+fn embed_bad_input() {
+    let s = Scratch::new("embed");
+    let nowhere = s.0.join("nowhere");
+    fails(&["embed", p(&nowhere), "a text"], "not a model directory");
+    let empty_dir = s.0.join("empty");
+    std::fs::create_dir_all(&empty_dir).unwrap();
+    fails(
+        &["embed", p(&empty_dir), "a text"],
+        "model.safetensors: missing",
+    );
+    fails(
+        &["embed", p(&empty_dir), "x", "--device", "cuda"],
+        "runs on the CPU only",
+    );
+    fails(
+        &["embed", p(&empty_dir), "x", "--device", "tpu"],
+        "--device tpu",
+    );
+    fails(&["embed", p(&empty_dir)], "no texts to embed");
+    fails(
+        &["embed", p(&empty_dir), "--file", p(&nowhere)],
+        "cannot read texts",
+    );
+
+    // A directory with the real small files and a broken or hostile safetensors file.
+    let real = synaptix_bundle::cache::models_dir().join("all-minilm-l6-v2");
+    if !real.join("model.safetensors").is_file() {
+        eprintln!(
+            "SKIPPED (partly): all-minilm-l6-v2 not fetched (scripts/fetch-models.sh all-minilm-l6-v2)"
+        );
+        return;
+    }
+    let fake = s.0.join("fake");
+    std::fs::create_dir_all(fake.join("1_Pooling")).unwrap();
+    for f in [
+        "config.json",
+        "tokenizer.json",
+        "modules.json",
+        "sentence_bert_config.json",
+        "1_Pooling/config.json",
+    ] {
+        std::fs::copy(real.join(f), fake.join(f)).unwrap();
+    }
+    let st = fake.join("model.safetensors");
+    std::fs::write(&st, b"\x05\0\0").unwrap();
+    fails(&["embed", p(&fake), "x"], "model.safetensors: truncated");
+    std::fs::write(&st, b"\xff\xff\xff\xff\xff\xff\xff\xff{}").unwrap();
+    fails(&["embed", p(&fake), "x"], "header length");
+    fails(&["inspect", p(&fake)], "header length");
+    fails(&["inspect", p(&st), "--json"], "header length");
+    let mut hostile = 60u64.to_le_bytes().to_vec();
+    hostile.extend_from_slice(br#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,400000]}} "#);
+    hostile.truncate(68);
+    std::fs::write(&st, &hostile).unwrap();
+    fails(&["embed", p(&fake), "x"], "model.safetensors");
+    // A valid file without BERT's tensors.
+    let mut other = 2u64.to_le_bytes().to_vec();
+    other.extend_from_slice(b"{}");
+    std::fs::write(&st, &other).unwrap();
+    fails(&["embed", p(&fake), "x"], "no tensor named");
+    // A config that is not BERT.
+    std::fs::copy(real.join("model.safetensors"), &st).unwrap();
+    std::fs::write(fake.join("config.json"), br#"{"model_type": "gpt2"}"#).unwrap();
+    fails(&["embed", p(&fake), "x"], "model_type 'gpt2' is not 'bert'");
+    std::fs::write(fake.join("config.json"), b"{not json").unwrap();
+    fails(&["embed", p(&fake), "x"], "invalid JSON");
 }
