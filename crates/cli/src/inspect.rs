@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::Args;
-use synaptix_bundle::{Ct2File, GgufFile, Value};
+use synaptix_bundle::{Ct2File, GgufFile, SafetensorsFile, Value};
 
 /// Arrays longer than this are shown as their first items and a count.
 const ARRAY_PREVIEW: usize = 8;
@@ -12,10 +12,12 @@ const ARRAY_PREVIEW: usize = 8;
 #[derive(Args)]
 #[command(
     after_help = "Examples:\n  synaptix inspect model.gguf\n  synaptix inspect model.gguf --json | jq .totals\n  \
-                  synaptix inspect whisper-base            # a CTranslate2 model directory (model.bin)"
+                  synaptix inspect whisper-base            # a CTranslate2 model directory (model.bin)\n  \
+                  synaptix inspect all-minilm-l6-v2        # a Hugging Face directory (model.safetensors)"
 )]
 pub struct InspectArgs {
-    /// GGUF file, CTranslate2 model.bin (or its directory), or the name of a fetched model
+    /// GGUF file, CTranslate2 model.bin, .safetensors file (or a directory holding model.bin or
+    /// model.safetensors), or the name of a fetched model
     pub file: PathBuf,
     /// Print one JSON object instead of tables
     #[arg(long)]
@@ -27,6 +29,9 @@ pub struct InspectArgs {
 
 pub fn run(mut a: InspectArgs) -> Result<()> {
     a.file = synaptix_bundle::cache::resolve_model(&a.file.to_string_lossy());
+    if let Some(st) = safetensors_model(&a.file) {
+        return inspect_safetensors(&st, &a);
+    }
     if let Some(model_bin) = ct2_model(&a.file) {
         return inspect_ct2(&model_bin, &a);
     }
@@ -140,6 +145,126 @@ fn ct2_model(path: &Path) -> Option<PathBuf> {
     let mut head = [0u8; 4];
     std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
     matches!(u32::from_le_bytes(head), 5 | 6).then(|| path.to_path_buf())
+}
+
+/// The safetensors file that `path` names: a directory holding `model.safetensors` (and no
+/// `model.bin`), a `.safetensors` file, or a file whose first bytes are a u64 header length
+/// followed by `{`.
+fn safetensors_model(path: &Path) -> Option<PathBuf> {
+    if path.is_dir() {
+        let st = path.join("model.safetensors");
+        return (st.is_file() && !path.join("model.bin").is_file()).then_some(st);
+    }
+    if path.extension().is_some_and(|e| e == "safetensors") {
+        return Some(path.to_path_buf());
+    }
+    let mut head = [0u8; 9];
+    std::fs::File::open(path).ok()?.read_exact(&mut head).ok()?;
+    let len = u64::from_le_bytes(head[..8].try_into().ok()?);
+    (head[8] == b'{' && (2..=synaptix_bundle::safetensors::MAX_HEADER_LEN).contains(&len))
+        .then(|| path.to_path_buf())
+}
+
+fn inspect_safetensors(path: &Path, a: &InspectArgs) -> Result<()> {
+    let file = SafetensorsFile::open(path)?;
+    let mut totals: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
+    for t in file.tensors() {
+        let e = totals.entry(t.dtype.name().to_string()).or_default();
+        e.0 += 1;
+        e.1 += t.elements() as u64;
+        e.2 += t.byte_len() as u64;
+    }
+    let n_params: u64 = file.tensors().iter().map(|t| t.elements() as u64).sum();
+    let n_bytes: u64 = file.tensors().iter().map(|t| t.byte_len() as u64).sum();
+    if a.json {
+        let tensors: Vec<_> = if a.no_tensors {
+            Vec::new()
+        } else {
+            file.tensors()
+                .iter()
+                .map(|t| {
+                    serde_json::json!({
+                        "name": t.name, "type": t.dtype.name(), "shape": t.shape,
+                        "offset": t.file_offset(), "bytes": t.byte_len(),
+                    })
+                })
+                .collect()
+        };
+        let totals: serde_json::Map<String, serde_json::Value> = totals
+            .iter()
+            .map(|(k, (n, e, b))| {
+                (
+                    k.clone(),
+                    serde_json::json!({"tensors": n, "elements": e, "bytes": b}),
+                )
+            })
+            .collect();
+        let metadata: serde_json::Map<String, serde_json::Value> = file
+            .metadata()
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::json!(v)))
+            .collect();
+        let out = serde_json::json!({
+            "file": path.display().to_string(),
+            "format": "safetensors",
+            "header_bytes": file.header_len(),
+            "file_bytes": file.file_len(),
+            "n_params": n_params,
+            "tensor_bytes": n_bytes,
+            "metadata": metadata,
+            "tensors": tensors,
+            "totals": totals,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!(
+        "{}: safetensors, {} metadata keys, {} tensors, {} parameters, {}",
+        path.display(),
+        file.metadata().len(),
+        file.tensors().len(),
+        human_count(n_params),
+        human_bytes(n_bytes)
+    );
+    if !file.metadata().is_empty() {
+        println!("\nmetadata:");
+        let width = file
+            .metadata()
+            .iter()
+            .map(|(k, _)| k.len())
+            .max()
+            .unwrap_or(0);
+        for (k, v) in file.metadata() {
+            println!("  {k:<width$} = {v}");
+        }
+    }
+    if !a.no_tensors {
+        println!("\ntensors:");
+        let width = file
+            .tensors()
+            .iter()
+            .map(|t| t.name.len())
+            .max()
+            .unwrap_or(0);
+        for t in file.tensors() {
+            println!(
+                "  {:<width$} {:<5} {:<16} {:>12}",
+                t.name,
+                t.dtype.name(),
+                format!("{:?}", t.shape),
+                human_bytes(t.byte_len() as u64)
+            );
+        }
+    }
+    println!("\ntotals by type:");
+    for (k, (n, e, b)) in &totals {
+        println!(
+            "  {k:<8} {n:>5} tensors {:>10} params {:>12}",
+            human_count(*e),
+            human_bytes(*b)
+        );
+    }
+    Ok(())
 }
 
 fn inspect_ct2(path: &Path, a: &InspectArgs) -> Result<()> {

@@ -5,6 +5,7 @@ mod chat;
 mod device;
 mod devices;
 mod dump;
+mod embed;
 mod http;
 mod inspect;
 mod quantize;
@@ -42,7 +43,7 @@ enum Command {
     Run(run::RunArgs),
     /// Talk with a model: multi-turn, its chat template, the KV cache reused across turns
     Chat(chat::ChatArgs),
-    /// Show a GGUF file's metadata and tensor table
+    /// Show a model file's metadata and tensor table (GGUF, CTranslate2, safetensors)
     Inspect(inspect::InspectArgs),
     /// Show how a model's tokenizer splits a text
     Tokenize(tokenize::TokenizeArgs),
@@ -56,6 +57,8 @@ enum Command {
     Quantize(quantize::QuantizeArgs),
     /// Turn speech into text with a Whisper model (WAV, FLAC, MP3 or Ogg in; timestamped segments out)
     Transcribe(transcribe::TranscribeArgs),
+    /// Turn sentences into embedding vectors (BERT sentence-transformers models)
+    Embed(embed::EmbedArgs),
 }
 
 /// mimalloc instead of the system allocator: a step allocates and frees many large activation
@@ -99,6 +102,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => serve::run(a),
         Command::Quantize(a) => quantize::run(a),
         Command::Transcribe(a) => transcribe::run(a),
+        Command::Embed(a) => embed::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

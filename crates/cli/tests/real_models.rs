@@ -617,3 +617,51 @@ fn transcribe_streams_and_reports_json() {
         assert!(j.get("segments").is_none(), "{j}");
     }
 }
+
+/// `embed` end to end on all-MiniLM-L6-v2 against the goldens of
+/// `scripts/reference/make_embed_goldens.py`: token ids, embeddings within 1e-5, the default
+/// output's lines and similarity matrix, and `--file` giving the arguments' result.
+#[test]
+fn embed_matches_goldens_end_to_end() {
+    let dir = model("all-minilm-l6-v2");
+    let path = format!(
+        "{}/../../tests/fixtures/embed/goldens.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let g: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let cases = g["cases"].as_array().unwrap();
+    let texts: Vec<&str> = cases.iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let mut args = vec!["embed", &dir, "--json", "-t", "2"];
+    args.extend(&texts);
+    let v = json_ok(&args);
+    assert_eq!(v["dim"], 384);
+    for (i, case) in cases.iter().enumerate() {
+        assert_eq!(v["tokens"][i], case["ids"], "ids of {:?}", texts[i]);
+        let got = v["embeddings"][i].as_array().unwrap();
+        let want = case["embedding"].as_array().unwrap();
+        assert_eq!(got.len(), 384);
+        for (a, b) in got.iter().zip(want) {
+            let d = (a.as_f64().unwrap() - b.as_f64().unwrap()).abs();
+            assert!(d <= 1e-5, "{:?}: {a} vs {b}", texts[i]);
+        }
+    }
+
+    // --file (one text per line) gives the same vectors; the default output has one line per
+    // text and the similarity matrix.
+    let file = std::env::temp_dir().join(format!("synaptix-embed-{}.txt", std::process::id()));
+    std::fs::write(&file, format!("{}\n\n{}\n", texts[0], texts[1])).unwrap();
+    let f = json_ok(&["embed", &dir, "--file", file.to_str().unwrap(), "--json"]);
+    assert_eq!(f["embeddings"][0], v["embeddings"][0]);
+    assert_eq!(f["embeddings"][1], v["embeddings"][1]);
+    let out = synaptix(&["embed", &dir, "--file", file.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&file);
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with("[1]   9 tokens  norm 1.0000  [+0.0217, -0.0049,"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("cosine similarity:"), "{stdout}");
+    assert!(stdout.contains("   1   1.000  0.640"), "{stdout}");
+}
