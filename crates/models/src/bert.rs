@@ -486,12 +486,14 @@ fn read_modules(dir: &Path) -> Result<(Pooling, bool)> {
                 "Transformer" => {}
                 "Pooling" => pool_dir = Some(dir.join(path)),
                 "Normalize" => normalize = true,
-                other => return Err(bad(
-                    &modules,
-                    format!(
+                other => {
+                    return Err(bad(
+                        &modules,
+                        format!(
                         "module type '{other}' is not supported (Transformer, Pooling, Normalize)"
                     ),
-                )),
+                    ))
+                }
             }
         }
         (pool_dir, normalize)
