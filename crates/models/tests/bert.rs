@@ -130,3 +130,53 @@ fn minilm_truncates_and_rejects_overlong() {
     assert!(model.embed(&[]).expect("empty batch").is_empty());
     assert!(model.embed(&[vec![101, 40_000, 102]]).is_err());
 }
+
+/// CLS pooling (a copy of the directory whose `1_Pooling/config.json` asks for it) gives the
+/// first token's last state, normalised; without `modules.json`, nothing is normalised.
+#[test]
+fn minilm_cls_pooling_and_no_normalize() {
+    let Some(paths) = model_paths() else { return };
+    let dir = std::env::temp_dir().join(format!("synaptix-bert-cls-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("1_Pooling")).unwrap();
+    for f in ["config.json", "tokenizer.json", "modules.json"] {
+        std::fs::copy(paths.dir.join(f), dir.join(f)).unwrap();
+    }
+    std::os::unix::fs::symlink(&paths.weights, dir.join("model.safetensors")).unwrap();
+    std::fs::write(
+        dir.join("1_Pooling/config.json"),
+        r#"{"word_embedding_dimension": 384, "pooling_mode_cls_token": true, "pooling_mode_mean_tokens": false}"#,
+    )
+    .unwrap();
+    let ids = vec![101u32, 7592, 2088, 102];
+    let cls = BertEmbedder::load(&dir).expect("cls model");
+    assert_eq!(cls.pooling(), Pooling::Cls);
+    assert_eq!(
+        cls.max_seq_length(),
+        512,
+        "no sentence_bert_config.json: max positions"
+    );
+    let states = cls.hidden_states(std::slice::from_ref(&ids)).unwrap();
+    let first = &states[0][..384];
+    let norm = first.iter().map(|v| v * v).sum::<f32>().sqrt();
+    let e = cls.embed(std::slice::from_ref(&ids)).unwrap();
+    for (a, b) in e[0].iter().zip(first) {
+        assert!((a - b / norm).abs() < 1e-6);
+    }
+
+    std::fs::remove_file(dir.join("modules.json")).unwrap();
+    let plain = BertEmbedder::load(&dir).expect("no modules.json");
+    assert!(!plain.normalize());
+    assert_eq!(plain.pooling(), Pooling::Cls);
+    assert_eq!(plain.embed(std::slice::from_ref(&ids)).unwrap()[0], first);
+
+    std::fs::write(
+        dir.join("1_Pooling/config.json"),
+        r#"{"pooling_mode_max_tokens": true}"#,
+    )
+    .unwrap();
+    let e = BertEmbedder::load(&dir)
+        .err()
+        .expect("max pooling is refused");
+    assert!(e.to_string().contains("not supported"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
