@@ -3,20 +3,22 @@
 
     python3 scripts/reference/make_embed_goldens.py [MODEL_DIR]
     (default MODEL_DIR: the cache of scripts/fetch-models.sh, all-minilm-l6-v2)
-    needs: pip install numpy tokenizers safetensors
 
-Token ids come from Python's `tokenizers` on the directory's tokenizer.json, with the file's
-fixed padding off and truncation at sentence_bert_config.json's max_seq_length (256), as
-sentence-transformers sets them.
+The reference is sentence-transformers itself (SentenceTransformer(MODEL_DIR, device="cpu")
+.encode of the six texts as one padded batch, float32), with an independent float64 numpy
+implementation of Hugging Face's BertModel + Pooling + Normalize as a cross-check (the script
+fails if they disagree by more than 2e-6). Token ids come from Python's `tokenizers` on the
+directory's tokenizer.json (the file's fixed padding off, truncation at
+sentence_bert_config.json's max_seq_length, 256, as sentence-transformers sets them) and are
+checked against sentence-transformers' own tokenizer.
 
-The embeddings are NOT from sentence-transformers: PyPI's torch wheel is CUDA-linked and does
-not import without the nvidia-* packages (it fails loading libcudart/libcublasLt), so this is
-an independent numpy implementation of Hugging Face's BertModel forward pass (absolute position
-embeddings, token type 0, post-norm layers, exact-erf GELU, additive padding mask) followed by
-sentence-transformers' Pooling (mean over the attention mask, or CLS, per 1_Pooling/config.json)
-and Normalize when modules.json lists it. It computes in float64 from the stored float32
-weights, one sentence at a time (no padding), so it is a reference for a float32 batched
-implementation to within ~1e-6.
+Setup (PyPI's torch wheel is CUDA-linked: on a machine without a GPU it still needs the nvidia
+packages its metadata names to import, about 3 GB, then runs on the CPU):
+
+    python3 -m venv ref && ref/bin/pip install torch sentence-transformers safetensors
+
+Without torch (`--numpy-only`), the goldens come from the numpy implementation alone (it agrees
+with sentence-transformers to within 1e-6).
 """
 
 import json
@@ -105,7 +107,8 @@ def main():
     cache = os.environ.get("SYNAPTIX_MODELS") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "synaptix", "models"
     )
-    model_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(cache, "all-minilm-l6-v2")
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    model_dir = args[0] if args else os.path.join(cache, "all-minilm-l6-v2")
     cfg = json.load(open(os.path.join(model_dir, "config.json")))
     pooling = json.load(open(os.path.join(model_dir, "1_Pooling", "config.json")))
     modules = json.load(open(os.path.join(model_dir, "modules.json")))
@@ -121,15 +124,39 @@ def main():
     for text in SENTENCES:
         ids = tok.encode(text).ids
         e = embed(model_dir, ids, cfg, tensors, pooling, normalize)
-        cases.append({"text": text, "ids": ids, "embedding": [round(float(v), 6) for v in e]})
+        cases.append({"text": text, "ids": ids, "embedding": e})
         print(f"{len(ids):4d} tokens  {text[:50]!r}")
+
+    reference = "numpy BertModel + pooling + normalize (float64)"
+    if "--numpy-only" not in sys.argv:
+        import sentence_transformers
+        import torch
+        from sentence_transformers import SentenceTransformer
+
+        torch.set_num_threads(1)
+        model = SentenceTransformer(model_dir, device="cpu")
+        assert model.max_seq_length == max_len, model.max_seq_length
+        st = model.encode(SENTENCES, batch_size=len(SENTENCES), convert_to_numpy=True)
+        features = model.tokenize(SENTENCES)
+        for i, c in enumerate(cases):
+            n = int(features["attention_mask"][i].sum())
+            assert features["input_ids"][i][:n].tolist() == c["ids"], c["text"]
+            diff = float(np.abs(st[i].astype(np.float64) - c["embedding"]).max())
+            print(f"sentence-transformers vs numpy: max abs diff {diff:.2e}")
+            assert diff < 2e-6, (c["text"], diff)
+            c["embedding"] = st[i].astype(np.float64)
+        reference = (
+            f"sentence-transformers {sentence_transformers.__version__} (torch {torch.__version__}, "
+            f"CPU, float32, one padded batch); checked against numpy BertModel (float64)"
+        )
+    for c in cases:
+        c["embedding"] = [round(float(v), 6) for v in c["embedding"]]
 
     out_dir = os.path.join(root, "tests", "fixtures", "embed")
     os.makedirs(out_dir, exist_ok=True)
     out = {
         "model": "all-MiniLM-L6-v2",
-        "reference": "numpy BertModel + mean pooling + normalize (float64), tokenizers "
-        + __import__("tokenizers").__version__,
+        "reference": reference + ", token ids from tokenizers " + __import__("tokenizers").__version__,
         "max_seq_length": max_len,
         "dim": cfg["hidden_size"],
         "cases": cases,

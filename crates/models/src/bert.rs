@@ -345,11 +345,10 @@ impl BertEmbedder {
                 return Err(ModelError::EmptyInput);
             }
             if ids.len() > c.max_position_embeddings {
-                return Err(ModelError::ContextOverflow(
-                    ids.len(),
-                    c.max_position_embeddings,
-                    0,
-                ));
+                return Err(ModelError::TooManyTokens {
+                    tokens: ids.len(),
+                    max: c.max_position_embeddings,
+                });
             }
             if let Some(&id) = ids.iter().find(|&&id| id as usize >= c.vocab_size) {
                 return Err(bad(

@@ -55,6 +55,8 @@ pub enum ModelError {
     EmptyInput,
     #[error("{0} token(s) do not fit: the context holds {1} and {2} are used")]
     ContextOverflow(usize, usize, usize),
+    #[error("a text of {tokens} tokens is longer than the model's {max} positions")]
+    TooManyTokens { tokens: usize, max: usize },
 }
 
 pub type Result<T, E = ModelError> = std::result::Result<T, E>;

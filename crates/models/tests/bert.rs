@@ -1,8 +1,8 @@
 //! all-MiniLM-L6-v2 against the goldens of `scripts/reference/make_embed_goldens.py` (token ids
-//! from Python's `tokenizers`; embeddings from an independent float64 numpy implementation of
-//! Hugging Face's BertModel with sentence-transformers' mean pooling and normalisation): the same
-//! ids, every embedding within 1e-5 of the reference's, a batch giving each text's embedding
-//! alone, and a paraphrase pair closer than an unrelated pair.
+//! from Python's `tokenizers`; embeddings from sentence-transformers on the CPU, cross-checked
+//! there against a float64 numpy BertModel): the same ids, every embedding within 1e-5 of the
+//! reference's, a batch giving each text's embedding alone, and a paraphrase pair closer than an
+//! unrelated pair.
 //!
 //! Needs the model: `scripts/fetch-models.sh all-minilm-l6-v2` (CI runs it first).
 
@@ -120,7 +120,8 @@ fn minilm_truncates_and_rejects_overlong() {
     let ids = tokenizer.encode(&text, true, false).expect("encode");
     assert_eq!(ids.len(), 602);
     // Over max_position_embeddings without truncation: an error, not a panic.
-    assert!(model.embed(std::slice::from_ref(&ids)).is_err());
+    let e = model.embed(std::slice::from_ref(&ids)).unwrap_err();
+    assert!(e.to_string().contains("602 tokens"), "{e}");
     let cut = model.truncate(ids.clone());
     assert_eq!(cut.len(), 256);
     assert_eq!(cut[0], 101);
