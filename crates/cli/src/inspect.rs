@@ -165,40 +165,121 @@ fn safetensors_model(path: &Path) -> Option<PathBuf> {
         .then(|| path.to_path_buf())
 }
 
-fn inspect_safetensors(path: &Path, a: &InspectArgs) -> Result<()> {
-    let file = SafetensorsFile::open(path)?;
-    let mut totals: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
-    for t in file.tensors() {
-        let e = totals.entry(t.dtype.name().to_string()).or_default();
-        e.0 += 1;
-        e.1 += t.elements() as u64;
-        e.2 += t.byte_len() as u64;
+/// One tensor (or CTranslate2 variable) of a file, as the tables and the JSON show it.
+struct Entry {
+    name: String,
+    dtype: &'static str,
+    shape: Vec<usize>,
+    offset: u64,
+    bytes: u64,
+    elements: u64,
+}
+
+/// A file's tensors for the safetensors and CTranslate2 listings: `noun` names them
+/// ("tensors", "variables") in the text and the JSON.
+struct Listing {
+    noun: &'static str,
+    entries: Vec<Entry>,
+}
+
+impl Listing {
+    fn n_params(&self) -> u64 {
+        self.entries.iter().map(|e| e.elements).sum()
     }
-    let n_params: u64 = file.tensors().iter().map(|t| t.elements() as u64).sum();
-    let n_bytes: u64 = file.tensors().iter().map(|t| t.byte_len() as u64).sum();
-    if a.json {
-        let tensors: Vec<_> = if a.no_tensors {
+
+    fn n_bytes(&self) -> u64 {
+        self.entries.iter().map(|e| e.bytes).sum()
+    }
+
+    /// Per type: (count, elements, bytes).
+    fn totals(&self) -> BTreeMap<&'static str, (u64, u64, u64)> {
+        let mut totals: BTreeMap<&'static str, (u64, u64, u64)> = BTreeMap::new();
+        for e in &self.entries {
+            let t = totals.entry(e.dtype).or_default();
+            t.0 += 1;
+            t.1 += e.elements;
+            t.2 += e.bytes;
+        }
+        totals
+    }
+
+    /// The JSON object's entries list (empty with --no-tensors) and totals.
+    fn json(&self, a: &InspectArgs) -> (serde_json::Value, serde_json::Value) {
+        let entries: Vec<_> = if a.no_tensors {
             Vec::new()
         } else {
-            file.tensors()
+            self.entries
                 .iter()
-                .map(|t| {
+                .map(|e| {
                     serde_json::json!({
-                        "name": t.name, "type": t.dtype.name(), "shape": t.shape,
-                        "offset": t.file_offset(), "bytes": t.byte_len(),
+                        "name": e.name, "type": e.dtype, "shape": e.shape,
+                        "offset": e.offset, "bytes": e.bytes,
                     })
                 })
                 .collect()
         };
-        let totals: serde_json::Map<String, serde_json::Value> = totals
+        let totals: serde_json::Map<String, serde_json::Value> = self
+            .totals()
             .iter()
             .map(|(k, (n, e, b))| {
                 (
-                    k.clone(),
-                    serde_json::json!({"tensors": n, "elements": e, "bytes": b}),
+                    k.to_string(),
+                    serde_json::json!({self.noun: n, "elements": e, "bytes": b}),
                 )
             })
             .collect();
+        (entries.into(), totals.into())
+    }
+
+    /// The table of entries (unless --no-tensors), then `extra` lines, then the totals.
+    fn print(&self, a: &InspectArgs, extra: &[String]) {
+        if !a.no_tensors {
+            println!("\n{}:", self.noun);
+            let width = self.entries.iter().map(|e| e.name.len()).max().unwrap_or(0);
+            for e in &self.entries {
+                println!(
+                    "  {:<width$} {:<8} {:<16} {:>12}",
+                    e.name,
+                    e.dtype,
+                    format!("{:?}", e.shape),
+                    human_bytes(e.bytes)
+                );
+            }
+        }
+        for line in extra {
+            println!("  {line}");
+        }
+        println!("\ntotals by type:");
+        for (k, (n, e, b)) in &self.totals() {
+            println!(
+                "  {k:<8} {n:>5} {} {:>10} params {:>12}",
+                self.noun,
+                human_count(*e),
+                human_bytes(*b)
+            );
+        }
+    }
+}
+
+fn inspect_safetensors(path: &Path, a: &InspectArgs) -> Result<()> {
+    let file = SafetensorsFile::open(path)?;
+    let listing = Listing {
+        noun: "tensors",
+        entries: file
+            .tensors()
+            .iter()
+            .map(|t| Entry {
+                name: t.name.clone(),
+                dtype: t.dtype.name(),
+                shape: t.shape.clone(),
+                offset: t.file_offset() as u64,
+                bytes: t.byte_len() as u64,
+                elements: t.elements() as u64,
+            })
+            .collect(),
+    };
+    if a.json {
+        let (tensors, totals) = listing.json(a);
         let metadata: serde_json::Map<String, serde_json::Value> = file
             .metadata()
             .iter()
@@ -209,8 +290,8 @@ fn inspect_safetensors(path: &Path, a: &InspectArgs) -> Result<()> {
             "format": "safetensors",
             "header_bytes": file.header_len(),
             "file_bytes": file.file_len(),
-            "n_params": n_params,
-            "tensor_bytes": n_bytes,
+            "n_params": listing.n_params(),
+            "tensor_bytes": listing.n_bytes(),
             "metadata": metadata,
             "tensors": tensors,
             "totals": totals,
@@ -223,8 +304,8 @@ fn inspect_safetensors(path: &Path, a: &InspectArgs) -> Result<()> {
         path.display(),
         file.metadata().len(),
         file.tensors().len(),
-        human_count(n_params),
-        human_bytes(n_bytes)
+        human_count(listing.n_params()),
+        human_bytes(listing.n_bytes())
     );
     if !file.metadata().is_empty() {
         println!("\nmetadata:");
@@ -238,77 +319,37 @@ fn inspect_safetensors(path: &Path, a: &InspectArgs) -> Result<()> {
             println!("  {k:<width$} = {v}");
         }
     }
-    if !a.no_tensors {
-        println!("\ntensors:");
-        let width = file
-            .tensors()
-            .iter()
-            .map(|t| t.name.len())
-            .max()
-            .unwrap_or(0);
-        for t in file.tensors() {
-            println!(
-                "  {:<width$} {:<5} {:<16} {:>12}",
-                t.name,
-                t.dtype.name(),
-                format!("{:?}", t.shape),
-                human_bytes(t.byte_len() as u64)
-            );
-        }
-    }
-    println!("\ntotals by type:");
-    for (k, (n, e, b)) in &totals {
-        println!(
-            "  {k:<8} {n:>5} tensors {:>10} params {:>12}",
-            human_count(*e),
-            human_bytes(*b)
-        );
-    }
+    listing.print(a, &[]);
     Ok(())
 }
 
 fn inspect_ct2(path: &Path, a: &InspectArgs) -> Result<()> {
     let file = Ct2File::open(path)?;
-    let mut totals: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
-    for v in file.variables() {
-        let e = totals.entry(v.dtype.name().to_string()).or_default();
-        e.0 += 1;
-        e.1 += v.elements() as u64;
-        e.2 += v.byte_len() as u64;
-    }
-    let n_params: u64 = file.variables().iter().map(|v| v.elements() as u64).sum();
-    let n_bytes: u64 = file.variables().iter().map(|v| v.byte_len() as u64).sum();
-    if a.json {
-        let variables: Vec<_> = if a.no_tensors {
-            Vec::new()
-        } else {
-            file.variables()
-                .iter()
-                .map(|v| {
-                    serde_json::json!({
-                        "name": v.name, "type": v.dtype.name(), "shape": v.shape,
-                        "offset": v.file_offset(), "bytes": v.byte_len(),
-                    })
-                })
-                .collect()
-        };
-        let totals: serde_json::Map<String, serde_json::Value> = totals
+    let listing = Listing {
+        noun: "variables",
+        entries: file
+            .variables()
             .iter()
-            .map(|(k, (n, e, b))| {
-                (
-                    k.clone(),
-                    serde_json::json!({"variables": n, "elements": e, "bytes": b}),
-                )
+            .map(|v| Entry {
+                name: v.name.clone(),
+                dtype: v.dtype.name(),
+                shape: v.shape.clone(),
+                offset: v.file_offset() as u64,
+                bytes: v.byte_len() as u64,
+                elements: v.elements() as u64,
             })
-            .collect();
+            .collect(),
+    };
+    if a.json {
+        let (variables, totals) = listing.json(a);
         let out = serde_json::json!({
             "file": path.display().to_string(),
             "format": "ctranslate2",
             "binary_version": file.binary_version(),
             "spec": file.spec(),
             "revision": file.revision(),
-            "n_params": n_params,
-            "variable_bytes": n_bytes,
+            "n_params": listing.n_params(),
+            "variable_bytes": listing.n_bytes(),
             "aliases": file.aliases().iter().map(|(a, t)| serde_json::json!({"alias": a, "target": t})).collect::<Vec<_>>(),
             "variables": variables,
             "totals": totals,
@@ -323,38 +364,15 @@ fn inspect_ct2(path: &Path, a: &InspectArgs) -> Result<()> {
         file.spec(),
         file.revision(),
         file.variables().len(),
-        human_count(n_params),
-        human_bytes(n_bytes)
+        human_count(listing.n_params()),
+        human_bytes(listing.n_bytes())
     );
-    if !a.no_tensors {
-        println!("\nvariables:");
-        let width = file
-            .variables()
-            .iter()
-            .map(|v| v.name.len())
-            .max()
-            .unwrap_or(0);
-        for v in file.variables() {
-            println!(
-                "  {:<width$} {:<8} {:<16} {:>12}",
-                v.name,
-                v.dtype.name(),
-                format!("{:?}", v.shape),
-                human_bytes(v.byte_len() as u64)
-            );
-        }
-    }
-    for (alias, target) in file.aliases() {
-        println!("  alias {alias} -> {target}");
-    }
-    println!("\ntotals by type:");
-    for (k, (n, e, b)) in &totals {
-        println!(
-            "  {k:<8} {n:>5} variables {:>10} params {:>12}",
-            human_count(*e),
-            human_bytes(*b)
-        );
-    }
+    let aliases: Vec<String> = file
+        .aliases()
+        .iter()
+        .map(|(alias, target)| format!("alias {alias} -> {target}"))
+        .collect();
+    listing.print(a, &aliases);
     Ok(())
 }
 
