@@ -6,6 +6,12 @@
 //! once; generations run one at a time, in arrival order, over one KV cache: a request that
 //! starts like the previous one (a conversation resent with a new turn) only evaluates what is
 //! new (`usage.prompt_tokens_details.cached_tokens` says how much was reused).
+//!
+//! A sentence-transformers directory (what `synaptix embed` takes) is served instead with
+//! `POST /v1/embeddings` (see [`embeddings`]); each server answers the other kind's endpoints
+//! with a clear 400.
+
+mod embeddings;
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -27,12 +33,26 @@ use crate::http::{self, EventStream, HttpError, Request};
 #[command(after_help = "Examples:\n  \
     synaptix serve qwen2.5-coder-0.5b --port 8080\n  \
     curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\\n    \
-    -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi!\"}]}'\n\n\
-    Request fields: messages (chat) or prompt (completions), max_tokens, temperature, top_p,\n\
-    top_k, min_p, presence_penalty, frequency_penalty, repeat_penalty, seed, stop (a string or\n\
-    up to 4), stream. Missing ones take the defaults of `synaptix run`.")]
+    -d '{\"messages\": [{\"role\": \"user\", \"content\": \"Hi!\"}]}'\n\n  \
+    synaptix serve all-minilm-l6-v2 --port 8080\n  \
+    curl http://127.0.0.1:8080/v1/embeddings -H 'Content-Type: application/json' \\\n    \
+    -d '{\"input\": [\"A man is playing a guitar.\", \"Someone plays the guitar.\"]}'\n  \
+    curl http://127.0.0.1:8080/v1/embeddings -H 'Content-Type: application/json' \\\n    \
+    -d '{\"input\": \"hello\", \"encoding_format\": \"base64\", \"dimensions\": 128}'\n\n\
+    Text generation (a GGUF model): POST /v1/chat/completions and /v1/completions. Request\n\
+    fields: messages (chat) or prompt (completions), max_tokens, temperature, top_p, top_k,\n\
+    min_p, presence_penalty, frequency_penalty, repeat_penalty, seed, stop (a string or up to 4),\n\
+    stream. Missing ones take the defaults of `synaptix run`.\n\n\
+    Embeddings (a sentence-transformers directory, as `synaptix embed` takes): POST\n\
+    /v1/embeddings. Request fields: input (a string, an array of up to 2048 strings, an array\n\
+    of token ids or an array of such arrays), encoding_format (float, the default, or base64:\n\
+    little-endian f32), dimensions (keep the first n values and L2-normalise them again), model\n\
+    and user (ignored). Texts are embedded exactly as `synaptix embed` does (cut to the model's\n\
+    max_seq_length); token ids are embedded as given (include [CLS] and [SEP] yourself), and\n\
+    more of them than max_seq_length is an error.")]
 pub struct ServeArgs {
-    /// GGUF model file, or the name of a fetched model (gemma3-270m, qwen2.5-coder-0.5b)
+    /// GGUF model file, or sentence-transformers directory (embeddings), or the name of a
+    /// fetched model (gemma3-270m, qwen2.5-coder-0.5b, all-minilm-l6-v2)
     pub model: PathBuf,
     /// Address to listen on
     #[arg(long, default_value = "127.0.0.1")]
@@ -46,7 +66,8 @@ pub struct ServeArgs {
     /// Jinja chat template to use instead of the model's own
     #[arg(long, value_name = "FILE")]
     pub chat_template: Option<PathBuf>,
-    /// Context size in tokens (0: 4096, or the model's training context if smaller)
+    /// Context size in tokens (0: 4096, or the model's training context if smaller; not for
+    /// embedding models)
     #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
     pub ctx_size: usize,
     /// CPU threads (0: all cores)
@@ -69,6 +90,9 @@ const MAX_STOPS: usize = 4;
 
 pub fn run(mut a: ServeArgs) -> Result<()> {
     a.model = synaptix_bundle::cache::resolve_model(&a.model.to_string_lossy());
+    if embeddings::is_embedding_model(&a.model) {
+        return embeddings::run(a);
+    }
     crate::threads::init(a.threads)?;
     let custom = match &a.chat_template {
         Some(path) => Some(
@@ -85,17 +109,12 @@ pub fn run(mut a: ServeArgs) -> Result<()> {
     // A model without a chat template still serves completions.
     let template = ChatTemplate::for_engine(&engine, custom).map_err(|e| e.to_string());
     let n_ctx = engine.context_size(a.ctx_size)?;
-    let name = a.alias.clone().unwrap_or_else(|| {
-        a.model
-            .file_stem()
-            .map_or("model".into(), |s| s.to_string_lossy().into_owned())
-    });
-    let listener = TcpListener::bind((a.host.as_str(), a.port))
-        .with_context(|| format!("cannot listen on {}:{}", a.host, a.port))?;
-    let addr = listener.local_addr()?;
+    let name = served_name(&a);
+    let listener = bind(&a)?;
     eprintln!(
-        "synaptix serve: {name} on {}, context {n_ctx} tokens, listening on http://{addr}",
-        engine.model.device()
+        "synaptix serve: {name} on {}, context {n_ctx} tokens, listening on http://{}",
+        engine.model.device(),
+        listener.local_addr()?
     );
     let mut server = Server {
         cache: engine.new_cache(n_ctx)?,
@@ -106,15 +125,39 @@ pub fn run(mut a: ServeArgs) -> Result<()> {
         cached: Vec::new(),
         served: 0,
     };
-    // Connections are read on their own threads, which answer what needs no model (health,
-    // the model list, errors) at once; generations queue here, on the thread that owns the
-    // model and its KV cache, and run one at a time in arrival order.
-    let (jobs, queue) = std::sync::mpsc::channel::<(Request, TcpStream)>();
     let info = Info {
         name: server.name.clone(),
+        task: Task::Generation,
         n_ctx,
         api_key: a.api_key.clone(),
     };
+    serve_forever(listener, info, |request, conn| server.route(request, conn));
+    Ok(())
+}
+
+/// The name the model is served under: `--alias`, else the model file's (or directory's) name.
+fn served_name(a: &ServeArgs) -> String {
+    a.alias.clone().unwrap_or_else(|| {
+        a.model
+            .file_stem()
+            .map_or("model".into(), |s| s.to_string_lossy().into_owned())
+    })
+}
+
+fn bind(a: &ServeArgs) -> Result<TcpListener> {
+    TcpListener::bind((a.host.as_str(), a.port))
+        .with_context(|| format!("cannot listen on {}:{}", a.host, a.port))
+}
+
+/// Accepts connections forever: each is read on its own thread, which answers what needs no
+/// model; the requests that do are passed to `handle`, one at a time in arrival order, on this
+/// thread (the one that owns the model).
+fn serve_forever(
+    listener: TcpListener,
+    info: Info,
+    mut handle: impl FnMut(&Request, &mut TcpStream) -> std::result::Result<(), ApiError>,
+) {
+    let (jobs, queue) = std::sync::mpsc::channel::<(Request, TcpStream)>();
     // Past MAX_READERS connections being read, more are turned away by one thread that reads
     // their request briefly (so that the answer is not lost to a reset) and answers 503.
     let (turn_away, rejected) = std::sync::mpsc::channel::<TcpStream>();
@@ -126,7 +169,7 @@ pub fn run(mut a: ServeArgs) -> Result<()> {
                 status: 503,
                 message: "too many connections; retry later".into(),
             };
-            let _ = http::respond(&mut conn, e.status, "application/json", &e.body());
+            let _ = e.send(&mut conn);
         }
     });
     std::thread::spawn(move || {
@@ -149,18 +192,28 @@ pub fn run(mut a: ServeArgs) -> Result<()> {
         }
     });
     for (request, mut conn) in queue {
-        if let Err(e) = server.route(&request, &mut conn) {
+        if let Err(e) = handle(&request, &mut conn) {
             // Nothing has been written when a handler fails.
-            let _ = http::respond(&mut conn, e.status, "application/json", &e.body());
+            let _ = e.send(&mut conn);
         }
     }
-    Ok(())
+}
+
+/// What a server does with its model.
+#[derive(Clone, Copy, PartialEq)]
+enum Task {
+    /// Chat and text completions.
+    Generation,
+    /// `/v1/embeddings`.
+    Embedding,
 }
 
 /// What the connection threads know of the model.
 #[derive(Clone)]
 struct Info {
     name: String,
+    task: Task,
+    /// The context size (for an embedding model, its max_seq_length).
     n_ctx: usize,
     /// `--api-key`.
     api_key: Option<String>,
@@ -180,8 +233,7 @@ fn read_connection(
     let request = match http::read_request(&mut conn) {
         Ok(r) => r,
         Err(HttpError::Bad(status, message)) => {
-            let e = ApiError { status, message };
-            let _ = http::respond(&mut conn, status, "application/json", &e.body());
+            let _ = ApiError { status, message }.send(&mut conn);
             return;
         }
         Err(HttpError::Io(e)) => {
@@ -201,11 +253,11 @@ fn read_connection(
             .is_some_and(|given| given.trim() == key),
     };
     if !authorized && request.path != "/health" {
-        let e = ApiError {
+        let _ = ApiError {
             status: 401,
             message: "missing or wrong API key (Authorization: Bearer KEY)".into(),
-        };
-        let _ = http::respond(&mut conn, e.status, "application/json", &e.body());
+        }
+        .send(&mut conn);
         return;
     }
     let reply = |conn: &mut TcpStream, v: Value| {
@@ -220,23 +272,47 @@ fn read_connection(
                 "context_length": info.n_ctx,
             }]}),
         ),
-        ("POST", "/v1/chat/completions" | "/v1/completions") => {
+        ("POST", "/v1/chat/completions" | "/v1/completions") if info.task == Task::Embedding => {
+            let _ = ApiError::bad(format!(
+                "this server runs an embedding model ({}): it answers POST /v1/embeddings, \
+                 not {} (serve a GGUF text-generation model for that)",
+                info.name, request.path
+            ))
+            .send(&mut conn);
+        }
+        ("POST", "/v1/embeddings") if info.task == Task::Generation => {
+            let _ = ApiError::bad(format!(
+                "this server runs a text-generation model ({}): it answers \
+                 /v1/chat/completions and /v1/completions, not /v1/embeddings (serve an \
+                 embedding model for that, e.g. `synaptix serve all-minilm-l6-v2`)",
+                info.name
+            ))
+            .send(&mut conn);
+        }
+        ("POST", "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings") => {
             // The model's thread answers it (it lives as long as the server).
             let _ = jobs.send((request, conn));
         }
-        (_, "/health" | "/v1/models" | "/v1/chat/completions" | "/v1/completions") => {
-            let e = ApiError {
+        (
+            _,
+            "/health"
+            | "/v1/models"
+            | "/v1/chat/completions"
+            | "/v1/completions"
+            | "/v1/embeddings",
+        ) => {
+            let _ = ApiError {
                 status: 405,
                 message: format!("{} is not allowed on {}", request.method, request.path),
-            };
-            let _ = http::respond(&mut conn, e.status, "application/json", &e.body());
+            }
+            .send(&mut conn);
         }
         _ => {
-            let e = ApiError {
+            let _ = ApiError {
                 status: 404,
                 message: format!("no endpoint {}", request.path),
-            };
-            let _ = http::respond(&mut conn, e.status, "application/json", &e.body());
+            }
+            .send(&mut conn);
         }
     }
 }
@@ -265,6 +341,11 @@ impl ApiError {
             status: 400,
             message: message.into(),
         }
+    }
+
+    /// Answers with this error (the connection closes after it).
+    fn send(&self, conn: &mut TcpStream) -> std::io::Result<()> {
+        http::respond(conn, self.status, "application/json", &self.body())
     }
 
     fn body(&self) -> Vec<u8> {

@@ -436,3 +436,226 @@ fn api_key_is_required_where_asked() {
     }
     assert_eq!(server.request("GET", "/health", "").0, 200);
 }
+
+/// The fetched all-MiniLM-L6-v2 directory, or None (with a note) when it is not fetched.
+fn minilm() -> Option<String> {
+    let path = cache::models_dir().join("all-minilm-l6-v2");
+    if path.join("model.safetensors").exists() {
+        Some(path.display().to_string())
+    } else {
+        eprintln!(
+            "skipped: {} is missing (scripts/fetch-models.sh all-minilm-l6-v2)",
+            path.display()
+        );
+        None
+    }
+}
+
+/// Little-endian f32 values from standard base64 (what the server sends for "base64").
+fn decode_base64_f32(s: &str) -> Vec<f32> {
+    let value = |c: u8| -> u32 {
+        match c {
+            b'A'..=b'Z' => (c - b'A') as u32,
+            b'a'..=b'z' => (c - b'a') as u32 + 26,
+            b'0'..=b'9' => (c - b'0') as u32 + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => panic!("not base64: {c}"),
+        }
+    };
+    let mut bytes = Vec::new();
+    for quad in s.as_bytes().chunks(4) {
+        let data: Vec<u8> = quad.iter().copied().filter(|&c| c != b'=').collect();
+        let n = data
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (k, &c)| n | value(c) << (18 - 6 * k));
+        bytes.extend_from_slice(&n.to_be_bytes()[1..data.len()]);
+    }
+    assert_eq!(bytes.len() % 4, 0);
+    bytes
+        .chunks(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+fn floats(v: &Value) -> Vec<f32> {
+    v.as_array()
+        .expect("an array of numbers")
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+fn assert_close(got: &[f32], want: &[f32], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let worst = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(worst <= 1e-6, "{what}: differs by {worst}");
+}
+
+/// `/v1/embeddings` gives `synaptix embed --json`'s vectors, as floats and as base64, with the
+/// token counts as usage; token-id inputs and `dimensions` work; errors are OpenAI's.
+#[test]
+fn embeddings_match_synaptix_embed() {
+    let Some(model) = minilm() else { return };
+    let texts = ["A man is playing a guitar.", "Someone plays the guitar."];
+    let out = Command::new(env!("CARGO_BIN_EXE_synaptix"))
+        .args(["embed", &model, texts[0], texts[1], "--json", "-t", "2"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let embed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let want: Vec<Vec<f32>> = embed["embeddings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(floats)
+        .collect();
+    let tokens: Vec<Vec<u64>> = embed["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            t.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap())
+                .collect()
+        })
+        .collect();
+    let n_tokens: usize = tokens.iter().map(Vec::len).sum();
+
+    let server = Server::start(&model);
+    let models: Value = serde_json::from_str(&server.request("GET", "/v1/models", "").1).unwrap();
+    assert_eq!(models["data"][0]["id"], "all-minilm-l6-v2");
+    assert_eq!(models["data"][0]["object"], "model");
+    assert_eq!(server.request("GET", "/health", "").0, 200);
+
+    for format in ["float", "base64"] {
+        let got = server.json(
+            "/v1/embeddings",
+            json!({"input": texts, "model": "all-minilm-l6-v2", "encoding_format": format}),
+        );
+        assert_eq!(got["object"], "list");
+        assert_eq!(got["model"], "all-minilm-l6-v2");
+        assert_eq!(got["usage"]["prompt_tokens"], n_tokens);
+        assert_eq!(got["usage"]["total_tokens"], n_tokens);
+        let data = got["data"].as_array().unwrap();
+        assert_eq!(data.len(), 2);
+        for (i, item) in data.iter().enumerate() {
+            assert_eq!(item["object"], "embedding");
+            assert_eq!(item["index"], i);
+            let v = match format {
+                "float" => floats(&item["embedding"]),
+                _ => decode_base64_f32(item["embedding"].as_str().expect("a base64 string")),
+            };
+            assert_close(&v, &want[i], &format!("{format} embedding {i}"));
+        }
+    }
+
+    // One text as a string; the same text as its token ids.
+    let one = server.json("/v1/embeddings", json!({"input": texts[1]}));
+    assert_close(&floats(&one["data"][0]["embedding"]), &want[1], "one text");
+    assert_eq!(one["usage"]["prompt_tokens"], tokens[1].len());
+    let ids = server.json("/v1/embeddings", json!({"input": tokens[1]}));
+    assert_close(&floats(&ids["data"][0]["embedding"]), &want[1], "token ids");
+    let both = server.json("/v1/embeddings", json!({"input": tokens}));
+    assert_close(&floats(&both["data"][0]["embedding"]), &want[0], "ids 0");
+    assert_close(&floats(&both["data"][1]["embedding"]), &want[1], "ids 1");
+
+    // dimensions: the first values, L2-normalised again.
+    let short = server.json(
+        "/v1/embeddings",
+        json!({"input": texts[0], "dimensions": 64}),
+    );
+    let v = floats(&short["data"][0]["embedding"]);
+    let norm = want[0][..64].iter().map(|x| x * x).sum::<f32>().sqrt();
+    let expect: Vec<f32> = want[0][..64].iter().map(|x| x / norm).collect();
+    assert_close(&v, &expect, "dimensions 64");
+
+    let error = |method: &str, path: &str, body: &str, status: u16| {
+        let (got, text) = server.request(method, path, body);
+        assert_eq!(got, status, "{method} {path} {body}: {text}");
+        let v: Value = serde_json::from_str(&text).expect("a JSON error");
+        assert_eq!(v["error"]["type"], "invalid_request_error", "{text}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
+            "{text}"
+        );
+        v["error"]["message"].as_str().unwrap().to_string()
+    };
+    error("GET", "/nowhere", "", 404);
+    error("GET", "/v1/embeddings", "", 405);
+    error("POST", "/v1/embeddings", "{not json", 400);
+    for body in [
+        json!({}),
+        json!({"input": ""}),
+        json!({"input": []}),
+        json!({"input": ["a", ""]}),
+        json!({"input": 42}),
+        json!({"input": [{"text": "a"}]}),
+        json!({"input": [1, "a"]}),
+        json!({"input": [999999999]}),
+        json!({"input": vec!["a"; 2049]}),
+        json!({"input": vec![101; 300]}),
+        json!({"input": "a", "encoding_format": "int8"}),
+        json!({"input": "a", "dimensions": 0}),
+        json!({"input": "a", "dimensions": 385}),
+    ] {
+        error("POST", "/v1/embeddings", &body.to_string(), 400);
+    }
+    // The text-generation endpoints say what this server runs.
+    let message = error(
+        "POST",
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "Hi"}]}).to_string(),
+        400,
+    );
+    assert!(message.contains("embedding model"), "{message}");
+    error(
+        "POST",
+        "/v1/completions",
+        &json!({"prompt": "Hi"}).to_string(),
+        400,
+    );
+    // Still serving.
+    let again = server.json("/v1/embeddings", json!({"input": texts[0]}));
+    assert_close(
+        &floats(&again["data"][0]["embedding"]),
+        &want[0],
+        "after errors",
+    );
+}
+
+/// A text-generation server answers `/v1/embeddings` with a 400 that says why.
+#[test]
+fn a_text_generation_server_refuses_embeddings() {
+    let model = format!(
+        "{}/../../tests/fixtures/synthetic/llama-tiny.gguf",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let server = Server::start(&model);
+    let (status, text) = server.request(
+        "POST",
+        "/v1/embeddings",
+        &json!({"input": "hello"}).to_string(),
+    );
+    assert_eq!(status, 400, "{text}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("text-generation model")),
+        "{text}"
+    );
+}
