@@ -497,7 +497,7 @@ fn assert_close(got: &[f32], want: &[f32], what: &str) {
     assert!(worst <= 1e-6, "{what}: differs by {worst}");
 }
 
-/// `/v1/embeddings` gives `synaptix embed --json`'s vectors, as floats and as base64, with the
+/// `/v1/embeddings` gives `synaptix embed --json`'s vectors exactly, as floats and as base64, with the
 /// token counts as usage; token-id inputs and `dimensions` work; errors are OpenAI's.
 #[test]
 fn embeddings_match_synaptix_embed() {
@@ -557,7 +557,8 @@ fn embeddings_match_synaptix_embed() {
                 "float" => floats(&item["embedding"]),
                 _ => decode_base64_f32(item["embedding"].as_str().expect("a base64 string")),
             };
-            assert_close(&v, &want[i], &format!("{format} embedding {i}"));
+            // The same forward pass in the same batch: the same f32 values, bit for bit.
+            assert_eq!(v, want[i], "{format} embedding {i}");
         }
     }
 
