@@ -497,8 +497,8 @@ fn assert_close(got: &[f32], want: &[f32], what: &str) {
     assert!(worst <= 1e-6, "{what}: differs by {worst}");
 }
 
-/// `/v1/embeddings` gives `synaptix embed --json`'s vectors exactly, as floats and as base64, with the
-/// token counts as usage; token-id inputs and `dimensions` work; errors are OpenAI's.
+/// `/v1/embeddings` gives `synaptix embed --json`'s vectors exactly, as floats and as base64,
+/// with the token counts as usage; token-id inputs and `dimensions` work; errors are OpenAI's.
 #[test]
 fn embeddings_match_synaptix_embed() {
     let Some(model) = minilm() else { return };
