@@ -1,5 +1,6 @@
-//! synaptix-models: one file per architecture, each built only from `synaptix-nn` layers and
-//! registered in [`load`]. A model file serves every weight format.
+//! synaptix-models: one file per architecture, each built only from `synaptix-nn` layers. The
+//! GGUF LLMs are registered in [`load`], and one model file serves every weight format; Whisper
+//! and BERT load their own directories.
 //!
 //! | architecture | file | families |
 //! |---|---|---|
