@@ -132,7 +132,7 @@ impl BertConfig {
 pub enum Pooling {
     /// The mean over the sentence's tokens (padding excluded).
     Mean,
-    /// The first token's state ([CLS]).
+    /// The first token's state (`[CLS]`).
     Cls,
 }
 
@@ -324,8 +324,8 @@ impl BertEmbedder {
         self.max_seq_length
     }
 
-    /// A tokenized text (with its [CLS] … [SEP]) cut to [`BertEmbedder::max_seq_length`] as
-    /// sentence-transformers truncates: the first tokens, then the last one (the [SEP]).
+    /// A tokenized text (with its `[CLS]` … `[SEP]`) cut to [`BertEmbedder::max_seq_length`] as
+    /// sentence-transformers truncates: the first tokens, then the last one (the `[SEP]`).
     pub fn truncate(&self, mut ids: Vec<u32>) -> Vec<u32> {
         let max = self.max_seq_length;
         if ids.len() > max {
@@ -417,7 +417,7 @@ impl BertEmbedder {
         Ok(out)
     }
 
-    /// One embedding per sequence of token ids (each with its [CLS] … [SEP], at most
+    /// One embedding per sequence of token ids (each with its `[CLS]` … `[SEP]`, at most
     /// `max_position_embeddings` long: see [`BertEmbedder::truncate`]).
     pub fn embed(&self, batch: &[Vec<u32>]) -> Result<Vec<Vec<f32>>> {
         let d = self.dim();

@@ -1,9 +1,9 @@
 //! `POST /v1/embeddings` for a sentence-transformers model (what `synaptix embed` loads).
 //!
 //! Texts are embedded exactly as `synaptix embed` embeds them: tokenized with the directory's
-//! tokenizer ([CLS] … [SEP]), cut to the model's max_seq_length, run in batches of 32, pooled
+//! tokenizer (`[CLS]` … `[SEP]`), cut to the model's max_seq_length, run in batches of 32, pooled
 //! and normalised as the directory says, so the vectors are the same. Token-id inputs are
-//! embedded as given (the client includes [CLS] and [SEP]); more ids than max_seq_length is a
+//! embedded as given (the client includes `[CLS]` and `[SEP]`); more ids than max_seq_length is a
 //! 400 rather than a silent cut. `dimensions` keeps the first n values and L2-normalises them
 //! again, as OpenAI's text-embedding-3 models do.
 
