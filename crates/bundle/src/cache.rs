@@ -24,6 +24,8 @@ pub fn known_model_file(name: &str) -> Option<&'static str> {
         // A directory (Hugging Face's layout): model.safetensors, config.json, tokenizer.json,
         // modules.json, sentence_bert_config.json, 1_Pooling/config.json.
         "all-minilm-l6-v2" => Some("all-minilm-l6-v2"),
+        // A directory: en_US-joe-medium.onnx (a Piper VITS voice) and en_US-joe-medium.onnx.json.
+        "piper-en-us-joe-medium" => Some("piper-en-us-joe-medium"),
         _ => None,
     }
 }

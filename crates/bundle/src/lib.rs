@@ -5,13 +5,17 @@
 //! - [`ct2`]: CTranslate2 `model.bin` reader (binary versions 5 and 6, memory-mapped, strictly
 //!   validated).
 //! - [`safetensors`]: Hugging Face safetensors reader (memory-mapped, strictly validated).
+//! - [`onnx`]: ONNX `ModelProto` reader (memory-mapped, hand-parsed protobuf, strictly
+//!   validated, zero-copy `raw_data`).
 //! - [`cache`]: where fetched models are cached.
 
 pub mod cache;
 pub mod ct2;
 pub mod gguf;
+pub mod onnx;
 pub mod safetensors;
 
 pub use ct2::{Ct2DType, Ct2Error, Ct2File, Ct2Variable};
 pub use gguf::{GgufError, GgufFile, TensorInfo, Value, ValueType};
+pub use onnx::{OnnxError, OnnxFile};
 pub use safetensors::{SafetensorsError, SafetensorsFile, StDType, StTensor};
