@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 use clap::Args;
+use synaptix_bundle::onnx::{Dim, OnnxFile, TensorData, ValueInfo};
 use synaptix_bundle::{Ct2File, GgufFile, SafetensorsFile, Value};
 
 /// Arrays longer than this are shown as their first items and a count.
@@ -13,11 +14,12 @@ const ARRAY_PREVIEW: usize = 8;
 #[command(
     after_help = "Examples:\n  synaptix inspect model.gguf\n  synaptix inspect model.gguf --json | jq .totals\n  \
                   synaptix inspect whisper-base            # a CTranslate2 model directory (model.bin)\n  \
-                  synaptix inspect all-minilm-l6-v2        # a Hugging Face directory (model.safetensors)"
+                  synaptix inspect all-minilm-l6-v2        # a Hugging Face directory (model.safetensors)\n  \
+                  synaptix inspect piper-en-us-joe-medium  # an ONNX model (a Piper voice)"
 )]
 pub struct InspectArgs {
-    /// GGUF file, CTranslate2 model.bin, .safetensors file (or a directory holding model.bin or
-    /// model.safetensors), or the name of a fetched model
+    /// GGUF file, CTranslate2 model.bin, .safetensors or .onnx file (or a directory holding
+    /// model.bin, model.safetensors or one .onnx file), or the name of a fetched model
     pub file: PathBuf,
     /// Print one JSON object instead of tables
     #[arg(long)]
@@ -29,6 +31,9 @@ pub struct InspectArgs {
 
 pub fn run(mut a: InspectArgs) -> Result<()> {
     a.file = synaptix_bundle::cache::resolve_model(&a.file.to_string_lossy());
+    if let Some(onnx) = onnx_model(&a.file)? {
+        return inspect_onnx(&onnx, &a);
+    }
     if let Some(st) = safetensors_model(&a.file) {
         return inspect_safetensors(&st, &a);
     }
@@ -373,6 +378,165 @@ fn inspect_ct2(path: &Path, a: &InspectArgs) -> Result<()> {
         .map(|(alias, target)| format!("alias {alias} -> {target}"))
         .collect();
     listing.print(a, &aliases);
+    Ok(())
+}
+
+/// The ONNX file that `path` names: a `.onnx` file, or a directory holding exactly one.
+fn onnx_model(path: &Path) -> Result<Option<PathBuf>> {
+    let is_onnx = |p: &Path| p.extension().is_some_and(|e| e == "onnx");
+    if !path.is_dir() {
+        return Ok(is_onnx(path).then(|| path.to_path_buf()));
+    }
+    let mut found: Vec<PathBuf> = std::fs::read_dir(path)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && is_onnx(p))
+        .collect();
+    found.sort();
+    match found.len() {
+        0 => Ok(None),
+        1 => Ok(found.pop()),
+        n => anyhow::bail!(
+            "{}: {n} .onnx files; name one: {}",
+            path.display(),
+            found
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// `[batch_size, phonemes]`: dim values, symbolic names, `?` for unknown; `?` for no shape.
+fn shape_text(shape: &Option<Vec<Dim>>) -> String {
+    match shape {
+        None => "?".to_string(),
+        Some(dims) => format!(
+            "[{}]",
+            dims.iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+fn value_info_json(v: &ValueInfo) -> serde_json::Value {
+    let shape = v.shape.as_ref().map(|dims| {
+        dims.iter()
+            .map(|d| match d {
+                Dim::Value(n) => serde_json::json!(n),
+                Dim::Param(p) => serde_json::json!(p),
+                Dim::Unknown => serde_json::Value::Null,
+            })
+            .collect::<Vec<_>>()
+    });
+    serde_json::json!({
+        "name": v.name,
+        "type": v.elem_type.map(|t| t.name()),
+        "shape": shape,
+    })
+}
+
+fn inspect_onnx(path: &Path, a: &InspectArgs) -> Result<()> {
+    let file = OnnxFile::open(path)?;
+    let g = &file.graph;
+    let listing = Listing {
+        noun: "initializers",
+        entries: g
+            .initializers
+            .iter()
+            .map(|t| Entry {
+                name: t.name.clone(),
+                dtype: t.data_type.name(),
+                shape: t.dims.iter().map(|&d| d as usize).collect(),
+                offset: match &t.data {
+                    TensorData::Raw(r) => r.start as u64,
+                    _ => t.offset as u64,
+                },
+                bytes: t.byte_len(),
+                elements: t.elements(),
+            })
+            .collect(),
+    };
+    let mut ops: BTreeMap<&str, u64> = BTreeMap::new();
+    for n in &g.nodes {
+        *ops.entry(n.op_type.as_str()).or_default() += 1;
+    }
+    let opsets: Vec<_> = file
+        .opset_imports
+        .iter()
+        .map(|o| serde_json::json!({"domain": o.domain, "version": o.version}))
+        .collect();
+    if a.json {
+        let (initializers, totals) = listing.json(a);
+        let out = serde_json::json!({
+            "file": path.display().to_string(),
+            "format": "onnx",
+            "file_bytes": file.file_len(),
+            "ir_version": file.ir_version,
+            "opsets": opsets,
+            "producer_name": file.producer_name,
+            "producer_version": file.producer_version,
+            "graph_name": g.name,
+            "inputs": g.inputs.iter().map(value_info_json).collect::<Vec<_>>(),
+            "outputs": g.outputs.iter().map(value_info_json).collect::<Vec<_>>(),
+            "n_nodes": g.nodes.len(),
+            "op_types": ops,
+            "n_initializers": g.initializers.len(),
+            "n_params": listing.n_params(),
+            "initializer_bytes": listing.n_bytes(),
+            "initializers": initializers,
+            "totals": totals,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    let opsets: Vec<String> = file
+        .opset_imports
+        .iter()
+        .map(|o| {
+            let domain = if o.domain.is_empty() {
+                "ai.onnx"
+            } else {
+                &o.domain
+            };
+            format!("{domain} {}", o.version)
+        })
+        .collect();
+    let producer = format!("{} {}", file.producer_name, file.producer_version);
+    println!(
+        "{}: ONNX IR v{}, opsets {}, producer {}, graph {:?}, {} nodes, {} initializers, {} parameters, {}",
+        path.display(),
+        file.ir_version,
+        opsets.join(", "),
+        producer.trim(),
+        g.name,
+        g.nodes.len(),
+        g.initializers.len(),
+        human_count(listing.n_params()),
+        human_bytes(listing.n_bytes())
+    );
+    for (title, values) in [("inputs", &g.inputs), ("outputs", &g.outputs)] {
+        println!("\n{title}:");
+        let width = values.iter().map(|v| v.name.len()).max().unwrap_or(0);
+        for v in values {
+            println!(
+                "  {:<width$} {:<8} {}",
+                v.name,
+                v.elem_type.map_or("?", |t| t.name()),
+                shape_text(&v.shape)
+            );
+        }
+    }
+    println!("\nop types ({} nodes):", g.nodes.len());
+    let mut by_count: Vec<(&str, u64)> = ops.into_iter().collect();
+    by_count.sort_by(|x, y| y.1.cmp(&x.1).then(x.0.cmp(y.0)));
+    let width = by_count.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (op, n) in &by_count {
+        println!("  {op:<width$} {n:>6}");
+    }
+    listing.print(a, &[]);
     Ok(())
 }
 

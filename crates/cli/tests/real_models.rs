@@ -665,3 +665,58 @@ fn embed_matches_goldens_end_to_end() {
     assert!(stdout.contains("cosine similarity:"), "{stdout}");
     assert!(stdout.contains("   1   1.000  0.640"), "{stdout}");
 }
+
+#[test]
+fn inspect_reads_the_piper_voice() {
+    let dir = model("piper-en-us-joe-medium");
+    let want: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!(
+            "{}/../../tests/fixtures/onnx/piper_joe_summary.json",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    // By short name, by directory and by file: the same listing.
+    let v = json_ok(&["inspect", "piper-en-us-joe-medium", "--json"]);
+    assert_eq!(v["format"], "onnx");
+    assert!(v["file"]
+        .as_str()
+        .unwrap()
+        .ends_with("en_US-joe-medium.onnx"));
+    assert_eq!(v["file_bytes"], 63_201_294);
+    assert_eq!(v["ir_version"], want["ir_version"]);
+    assert_eq!(v["opsets"], want["opsets"]);
+    assert_eq!(v["producer_name"], "pytorch");
+    assert_eq!(v["graph_name"], want["graph_name"]);
+    assert_eq!(v["n_nodes"], want["n_nodes"]);
+    assert_eq!(v["op_types"], want["op_types"]);
+    assert_eq!(v["n_initializers"], want["n_initializers"]);
+    assert_eq!(v["initializer_bytes"], want["initializer_raw_bytes"]);
+    assert_eq!(v["inputs"][0]["name"], "input");
+    assert_eq!(v["inputs"][0]["type"], "INT64");
+    assert_eq!(
+        v["inputs"][0]["shape"],
+        serde_json::json!(["batch_size", "phonemes"])
+    );
+    assert_eq!(v["inputs"][2]["shape"], serde_json::json!([3]));
+    assert_eq!(v["outputs"][0]["name"], "output");
+    let inits = v["initializers"].as_array().unwrap();
+    assert_eq!(inits.len(), 401);
+    assert_eq!(inits[0]["name"], "sid");
+    assert_eq!(inits[0]["type"], "FLOAT");
+    assert_eq!(inits[0]["shape"], serde_json::json!([256, 192]));
+    assert_eq!(inits[0]["bytes"], 256 * 192 * 4);
+    assert_eq!(v["totals"]["FLOAT"]["initializers"], 366);
+    let by_dir = json_ok(&["inspect", &dir, "--json"]);
+    assert_eq!(by_dir, v);
+    let text = synaptix(&["inspect", &format!("{dir}/en_US-joe-medium.onnx")]);
+    assert!(text.status.success());
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("ONNX IR v8, opsets ai.onnx 15, producer pytorch 2.0.0")
+            && text.contains("op types (2755 nodes):")
+            && text.contains("dec.ups.0.weight"),
+        "{text}"
+    );
+}
