@@ -279,3 +279,30 @@ fn embed_bad_input() {
     std::fs::write(fake.join("config.json"), b"{not json").unwrap();
     fails(&["embed", p(&fake), "x"], "invalid JSON");
 }
+
+#[test]
+fn inspect_bad_onnx() {
+    let s = Scratch::new("onnx");
+    // An empty file, random bytes, a length past the end, a model without a graph.
+    fails(
+        &["inspect", p(&s.file("empty.onnx", b""))],
+        "model has no graph",
+    );
+    fails(
+        &["inspect", p(&s.file("noise.onnx", &[0xff; 64]))],
+        "noise.onnx: byte 0",
+    );
+    fails(
+        &[
+            "inspect",
+            p(&s.file("len.onnx", &[0x08, 0x08, 0x3a, 0xff, 0x7f])),
+        ],
+        "len.onnx: byte 3: truncated",
+    );
+    // A directory holding two .onnx files: name one.
+    let two = s.0.join("two");
+    std::fs::create_dir_all(&two).unwrap();
+    std::fs::write(two.join("a.onnx"), b"").unwrap();
+    std::fs::write(two.join("b.onnx"), b"").unwrap();
+    fails(&["inspect", p(&two)], "2 .onnx files; name one");
+}
