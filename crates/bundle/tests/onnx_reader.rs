@@ -395,7 +395,8 @@ fn hostile_input_is_an_error() {
     let inner = Msg::new().key(2, 2).raw(&[50]).raw(b"abc");
     let mut bytes = model(&inner);
     bytes.extend_from_slice(&[0u8; 60]);
-    expect_err(&dir, "nested.onnx", &bytes);
+    let e = expect_err(&dir, "nested.onnx", &bytes);
+    assert!(matches!(e, OnnxError::Truncated { .. }), "{e}");
 
     // An eleven-byte varint, and a ten-byte one that overflows.
     expect_err(
