@@ -7,26 +7,8 @@ use std::path::{Path, PathBuf};
 use half::{bf16, f16};
 use synaptix_bundle::ct2::{Ct2DType, Ct2Error, Ct2File};
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("synaptix-ct2-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-    fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, bytes).unwrap();
-        p
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::TempDir;
 
 /// A minimal `model.bin` writer; fields can be overridden to build hostile files.
 struct Writer {
@@ -127,7 +109,7 @@ fn expect_err(dir: &TempDir, name: &str, bytes: &[u8]) -> Ct2Error {
 
 #[test]
 fn reads_every_accessor() {
-    let dir = TempDir::new("ok");
+    let dir = TempDir::new("ct2-ok");
     let bytes = sample();
     let f = open_bytes(&dir, "model.bin", &bytes).unwrap();
     assert_eq!(f.binary_version(), 6);
@@ -222,7 +204,7 @@ fn dtype_ids_sizes_and_names() {
 
 #[test]
 fn version_5_and_trailing_bytes_are_accepted() {
-    let dir = TempDir::new("v5");
+    let dir = TempDir::new("ct2-v5");
     let mut bytes = sample();
     bytes[0] = 5;
     let f = open_bytes(&dir, "v5.bin", &bytes).unwrap();
@@ -236,7 +218,7 @@ fn version_5_and_trailing_bytes_are_accepted() {
 
 #[test]
 fn empty_file_and_directory() {
-    let dir = TempDir::new("empty");
+    let dir = TempDir::new("ct2-empty");
     let e = expect_err(&dir, "empty.bin", &[]);
     assert!(matches!(e, Ct2Error::Empty { .. }), "{e}");
     let e = Ct2File::open(&dir.0).unwrap_err();
@@ -248,7 +230,7 @@ fn empty_file_and_directory() {
 
 #[test]
 fn wrong_version() {
-    let dir = TempDir::new("version");
+    let dir = TempDir::new("ct2-version");
     for v in [0u32, 3, 4, 7, u32::MAX] {
         let mut bytes = sample();
         bytes[..4].copy_from_slice(&v.to_le_bytes());
@@ -267,7 +249,7 @@ fn wrong_version() {
 
 #[test]
 fn every_truncation_is_an_error() {
-    let dir = TempDir::new("trunc");
+    let dir = TempDir::new("ct2-trunc");
     let bytes = sample();
     for len in 0..bytes.len() {
         let e = expect_err(&dir, "t.bin", &bytes[..len]);
@@ -291,7 +273,7 @@ fn every_truncation_is_an_error() {
 
 #[test]
 fn string_length_past_the_end() {
-    let dir = TempDir::new("strlen");
+    let dir = TempDir::new("ct2-strlen");
     let mut w = Writer::new(6, "S", 1, 1);
     w.u16(60000).raw(b"abc");
     let e = expect_err(&dir, "s.bin", &w.buf);
@@ -309,7 +291,7 @@ fn string_length_past_the_end() {
 
 #[test]
 fn malformed_strings() {
-    let dir = TempDir::new("str");
+    let dir = TempDir::new("ct2-str");
     let cases: [(&str, &[u8]); 4] = [
         ("zero length", &[0, 0]),
         ("no NUL", &[2, 0, b'a', b'b']),
@@ -326,7 +308,7 @@ fn malformed_strings() {
 
 #[test]
 fn dims_overflowing_usize() {
-    let dir = TempDir::new("overflow");
+    let dir = TempDir::new("ct2-overflow");
     let mut w = Writer::new(6, "S", 1, 1);
     w.string("huge")
         .u8(3)
@@ -353,7 +335,7 @@ fn dims_overflowing_usize() {
 
 #[test]
 fn byte_count_disagreeing_with_shape() {
-    let dir = TempDir::new("bytes");
+    let dir = TempDir::new("ct2-bytes");
     let mut w = Writer::new(6, "S", 1, 1);
     w.string("x")
         .u8(2)
@@ -392,7 +374,7 @@ fn byte_count_disagreeing_with_shape() {
 
 #[test]
 fn unknown_dtype() {
-    let dir = TempDir::new("dtype");
+    let dir = TempDir::new("ct2-dtype");
     let mut w = Writer::new(6, "S", 1, 1);
     w.var("x", &[2], 9, &[0; 2]).u32(0);
     let e = expect_err(&dir, "d.bin", &w.buf);
@@ -404,7 +386,7 @@ fn unknown_dtype() {
 
 #[test]
 fn alias_to_missing_variable() {
-    let dir = TempDir::new("alias");
+    let dir = TempDir::new("ct2-alias");
     let mut w = Writer::new(6, "S", 1, 1);
     w.var("x", &[1], 0, &[0; 4])
         .u32(1)
@@ -430,7 +412,7 @@ fn alias_to_missing_variable() {
 
 #[test]
 fn duplicate_names() {
-    let dir = TempDir::new("dup");
+    let dir = TempDir::new("ct2-dup");
     let mut w = Writer::new(6, "S", 1, 2);
     w.var("x", &[1], 0, &[0; 4])
         .var("x", &[1], 0, &[0; 4])
@@ -450,7 +432,7 @@ fn duplicate_names() {
 
 #[test]
 fn huge_counts_do_not_allocate() {
-    let dir = TempDir::new("counts");
+    let dir = TempDir::new("ct2-counts");
     let mut w = Writer::new(6, "S", 1, u32::MAX);
     w.raw(&[1, 2, 3]);
     let e = expect_err(&dir, "c.bin", &w.buf);

@@ -1,31 +1,11 @@
 //! The GGUF reader on well-formed files (every value type, nested arrays, alignment, v2 and v3)
 //! and on every kind of broken or hostile file: each must give a typed error, never a panic.
 
-use std::path::PathBuf;
-
 use synaptix_bundle::gguf::{GgufErrorKind as K, GgufFile, GgufWriter, Value, ValueType};
 use synaptix_core::DType;
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("synaptix-gguf-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-    fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, bytes).unwrap();
-        p
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::TempDir;
 
 fn sample_writer() -> GgufWriter {
     let mut w = GgufWriter::new();
@@ -134,7 +114,7 @@ fn first_tensor_type_offset(bytes: &[u8]) -> usize {
 
 #[test]
 fn missing_directory_and_empty_files() {
-    let dir = TempDir::new("paths");
+    let dir = TempDir::new("gguf-paths");
     let e = GgufFile::open(dir.0.join("nope.gguf")).unwrap_err();
     assert!(matches!(e.kind, K::Io(_)), "{e}");
     let e = GgufFile::open(&dir.0).unwrap_err();

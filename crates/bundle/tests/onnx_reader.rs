@@ -8,26 +8,8 @@ use std::path::{Path, PathBuf};
 use half::f16;
 use synaptix_bundle::onnx::{AttrValue, DataType, Dim, OnnxError, OnnxFile, TensorData};
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("synaptix-onnx-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-    fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, bytes).unwrap();
-        p
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::TempDir;
 
 // ---- a tiny protobuf writer ----
 
@@ -240,7 +222,7 @@ fn expect_err(dir: &TempDir, name: &str, bytes: &[u8]) -> OnnxError {
 
 #[test]
 fn reads_every_field() {
-    let dir = TempDir::new("full");
+    let dir = TempDir::new("onnx-full");
     let f = open_bytes(&dir, "m.onnx", &sample()).unwrap();
     assert_eq!(f.ir_version, 8);
     assert_eq!(f.producer_name, "synaptix-test");
@@ -368,7 +350,7 @@ fn reads_every_field() {
 
 #[test]
 fn every_truncation_is_an_error() {
-    let dir = TempDir::new("trunc");
+    let dir = TempDir::new("onnx-trunc");
     let bytes = sample();
     for n in 0..bytes.len() {
         let r = open_bytes(&dir, "t.onnx", &bytes[..n]);
@@ -382,7 +364,7 @@ fn every_truncation_is_an_error() {
 
 #[test]
 fn hostile_input_is_an_error() {
-    let dir = TempDir::new("hostile");
+    let dir = TempDir::new("onnx-hostile");
     let good_graph = graph_with("g", &[node("Relu", "r", &["x"], &["y"])]);
 
     // A length far beyond the file.
@@ -515,7 +497,7 @@ fn nested(levels: usize) -> Msg {
 
 #[test]
 fn nesting_is_capped() {
-    let dir = TempDir::new("deep");
+    let dir = TempDir::new("onnx-deep");
     // Each If level is three messages deep (node, attribute, graph).
     let f = open_bytes(&dir, "ok.onnx", &model(&nested(15))).unwrap();
     let mut g = &f.graph;
@@ -534,7 +516,7 @@ fn nesting_is_capped() {
 
 #[test]
 fn random_corruptions_never_panic() {
-    let dir = TempDir::new("fuzz");
+    let dir = TempDir::new("onnx-fuzz");
     let good = sample();
     let mut state = 0x2545_f491_4f6c_dd1du64;
     let mut next = || {

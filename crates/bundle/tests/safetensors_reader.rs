@@ -3,31 +3,13 @@
 //! error naming the file, never a panic), and on the real all-MiniLM-L6-v2 file when it is
 //! cached.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use half::{bf16, f16};
 use synaptix_bundle::safetensors::{SafetensorsError, SafetensorsFile, StDType};
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("synaptix-st-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-    fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, bytes).unwrap();
-        p
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::TempDir;
 
 /// A file from a header (JSON text) and the data after it.
 fn file(header: &str, data: &[u8]) -> Vec<u8> {
@@ -70,7 +52,7 @@ fn sample() -> Vec<u8> {
 
 #[test]
 fn reads_a_small_file() {
-    let dir = TempDir::new("small");
+    let dir = TempDir::new("st-small");
     let path = dir.write("a.safetensors", &sample());
     let f = SafetensorsFile::open(&path).expect("valid file");
     let names: Vec<&str> = f.tensors().iter().map(|t| t.name.as_str()).collect();
@@ -118,7 +100,7 @@ fn reads_a_small_file() {
 
 #[test]
 fn empty_header_and_zero_size_tensors() {
-    let dir = TempDir::new("empty");
+    let dir = TempDir::new("st-empty");
     let f = SafetensorsFile::open(&dir.write("e.safetensors", &file("{}", &[]))).unwrap();
     assert!(f.tensors().is_empty());
     // Header padded with spaces (as the reference writer aligns it), a [0, 4] tensor.
@@ -143,7 +125,7 @@ fn open_err(dir: &TempDir, name: &str, bytes: &[u8]) -> SafetensorsError {
 
 #[test]
 fn every_truncation_is_an_error() {
-    let dir = TempDir::new("trunc");
+    let dir = TempDir::new("st-trunc");
     let full = sample();
     for len in 0..full.len() {
         let e = open_err(&dir, "t.safetensors", &full[..len]);
@@ -167,7 +149,7 @@ fn every_truncation_is_an_error() {
 
 #[test]
 fn hostile_headers_are_errors() {
-    let dir = TempDir::new("hostile");
+    let dir = TempDir::new("st-hostile");
     let four = [0u8; 8];
     let t = |json: &str, data: &[u8]| file(json, data);
 
@@ -312,7 +294,7 @@ fn file_raw(header: &[u8]) -> Vec<u8> {
 /// Hostile bytes after a valid length prefix never panic (a deterministic byte soup).
 #[test]
 fn random_headers_never_panic() {
-    let dir = TempDir::new("fuzz");
+    let dir = TempDir::new("st-fuzz");
     let base = sample();
     let mut s = 0x9e37_79b9u32;
     for i in 0..400 {
