@@ -7,8 +7,11 @@
 //! - [`ops`]: small f32 element-wise and row-wise ops (RMS norm, softmax, activations).
 //! - [`dense`]: f32 ops over whole sequences for encoder-decoder models (LayerNorm, exact GELU,
 //!   products with a bias, 1-D convolution, multi-head attention).
+//! - [`conv`]: 1-D convolutions for convolutional speech models (dilated, depthwise,
+//!   transposed).
 //! - [`cpu_features`] / [`kernel_path`]: what the CPU offers and which kernel path is in use.
 
+pub mod conv;
 mod cpu;
 pub mod dense;
 mod gemm;

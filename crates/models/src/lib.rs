@@ -1,6 +1,6 @@
 //! synaptix-models: one file per architecture, each built only from `synaptix-nn` layers. The
 //! GGUF LLMs are registered in [`load`], and one model file serves every weight format; Whisper
-//! and BERT load their own directories.
+//! BERT and Piper voices load their own files.
 //!
 //! | architecture | file | families |
 //! |---|---|---|
@@ -10,6 +10,7 @@
 //! | `gemma3` | [`gemma3`] | Gemma 3 text (sliding-window and global layers) |
 //! | Whisper (CTranslate2) | [`whisper`] | Whisper speech recognition (encoder-decoder) |
 //! | BERT (safetensors) | [`bert`] | BERT sentence encoders (sentence-transformers, e.g. all-MiniLM-L6-v2) |
+//! | VITS (Piper ONNX) | [`vits`] | Piper text-to-speech voices |
 
 pub mod bert;
 mod decoder;
@@ -18,6 +19,7 @@ mod hparams;
 pub mod llama;
 pub mod qwen2;
 pub mod qwen3;
+pub mod vits;
 pub mod whisper;
 
 use std::any::Any;
@@ -45,7 +47,12 @@ pub enum ModelError {
     #[error(transparent)]
     Safetensors(#[from] synaptix_bundle::safetensors::SafetensorsError),
     #[error(transparent)]
+    Onnx(#[from] synaptix_bundle::onnx::OnnxError),
+    #[error(transparent)]
     Kernel(#[from] synaptix_core::Error),
+    /// Input a model cannot take (an id outside its vocabulary), by message.
+    #[error("{0}")]
+    BadInput(String),
     #[error("{path}: unsupported architecture '{arch}' (supported: {})", SUPPORTED_ARCHITECTURES.join(", "))]
     UnsupportedArchitecture { path: String, arch: String },
     #[error("{path}: {problem}")]

@@ -12,6 +12,15 @@ pub enum NnError {
     #[error(transparent)]
     Safetensors(#[from] synaptix_bundle::safetensors::SafetensorsError),
     #[error(transparent)]
+    Onnx(#[from] synaptix_bundle::onnx::OnnxError),
+    /// An ONNX graph whose structure a layer cannot take (a missing node, an attribute out of
+    /// range).
+    #[error("{source_name}: {problem}")]
+    OnnxGraph {
+        source_name: String,
+        problem: String,
+    },
+    #[error(transparent)]
     Cuda(#[from] synaptix_kernels_cuda::CudaError),
     #[error("{source_name}: missing tensor '{name}'")]
     MissingTensor { source_name: String, name: String },

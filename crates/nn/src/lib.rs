@@ -10,6 +10,7 @@ mod attention;
 mod attention_kernels;
 mod backend;
 mod block;
+pub mod conv;
 pub mod cpu;
 pub mod cuda;
 mod cuda_replay;
