@@ -10,16 +10,15 @@ use rayon::prelude::*;
 use synaptix_core::{Error, Result};
 
 use crate::dense::linear;
-use crate::gemm::WeightRef;
+use crate::gemm::{gemm_nt, gemm_nt_strided, WeightRef};
 
 fn mismatch(op: &'static str, detail: String) -> Error {
     Error::ShapeMismatch { op, detail }
 }
 
-/// Output rows unrolled per product in [`conv1d_dilated`]: bounds the im2col buffer (a 7-tap
-/// 128-channel window is 896 values per row) while leaving each product enough rows for every
-/// thread's register tiles.
-const ROWS_PER_PRODUCT: usize = 4096;
+/// Output rows per parallel task of the element-wise loops: enough work per task that waking
+/// a thread is worth it.
+const ROWS_PER_TASK: usize = 64;
 
 /// Geometry of a 1-D convolution along time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,10 +55,30 @@ impl ConvGeometry {
     }
 }
 
-/// Convolution `x: [t_in, c_in]` with `w: [c_out, c_in, kernel]` (+ bias) → `([t_out, c_out],
-/// t_out)`. Each output row is the dot of a weight row with the window unrolled as
-/// `[c_in][kernel]` (im2col), in blocks of output rows run through [`linear`].
-#[allow(clippy::too_many_arguments)]
+/// A convolution weight `[c_out, c_in, kernel]` (PyTorch's layout) rearranged tap-major,
+/// `[c_out, kernel, c_in]`: each output channel's row then lines up with `kernel` consecutive
+/// time-major input rows, the layout [`conv1d_dilated`] multiplies by.
+pub fn tap_major_weight(w: &[f32], c_out: usize, c_in: usize, kernel: usize) -> Vec<f32> {
+    let mut out = vec![0f32; w.len()];
+    for o in 0..c_out {
+        for i in 0..c_in {
+            for j in 0..kernel {
+                out[(o * kernel + j) * c_in + i] = w[(o * c_in + i) * kernel + j];
+            }
+        }
+    }
+    out
+}
+
+/// Convolution `x: [t_in, c_in]` with a tap-major weight `[c_out, kernel, c_in]` (see
+/// [`tap_major_weight`]) (+ bias) → `([t_out, c_out], t_out)`.
+///
+/// With stride 1 nothing is unrolled: in the zero-padded input, output step `t` reads rows `t,
+/// t + d, ..., t + (kernel - 1)·d`. For dilation 1 those are `kernel` consecutive rows, i.e.
+/// `kernel·c_in` consecutive values, so the product reads its rows straight from the padded
+/// input with a row stride of `c_in` (overlapping windows). For dilation `d` the padded input is
+/// first split into `d` phases (rows `r, r + d, r + 2d, ...`), where the same holds, and each
+/// phase's outputs are put back in time order. Other strides unroll each window (im2col).
 pub fn conv1d_dilated(
     x: &[f32],
     t_in: usize,
@@ -70,7 +89,13 @@ pub fn conv1d_dilated(
     geometry: ConvGeometry,
 ) -> Result<(Vec<f32>, usize)> {
     const OP: &str = "conv1d";
-    let kernel = geometry.kernel;
+    let ConvGeometry {
+        kernel,
+        stride,
+        dilation,
+        pad_left,
+        pad_right,
+    } = geometry;
     let t_out = geometry.output_len(t_in).ok_or_else(|| {
         mismatch(
             OP,
@@ -88,31 +113,60 @@ pub fn conv1d_dilated(
         return Err(mismatch(
             OP,
             format!(
-                "weight has {} values, expected {c_out}×{c_in}×{kernel}",
+                "weight has {} values, expected {c_out}×{kernel}×{c_in}",
                 w.len()
             ),
         ));
     }
-    let mut y = Vec::with_capacity(t_out * c_out);
-    let mut unrolled = Vec::new();
-    for start in (0..t_out).step_by(ROWS_PER_PRODUCT) {
-        let rows = ROWS_PER_PRODUCT.min(t_out - start);
-        unrolled.clear();
-        unrolled.resize(rows * cols, 0f32);
+    if bias.is_some_and(|b| b.len() != c_out) {
+        return Err(mismatch(OP, format!("bias is not {c_out} values")));
+    }
+    let mut y = vec![0f32; t_out * c_out];
+    if stride != 1 {
+        let mut unrolled = vec![0f32; t_out * cols];
         unrolled
             .par_chunks_mut(cols)
             .enumerate()
-            .for_each(|(r, row)| {
-                for j in 0..kernel {
-                    if let Some(s) = geometry.input_step(start + r, j, t_in) {
-                        let src = &x[s * c_in..(s + 1) * c_in];
-                        for (c, &v) in src.iter().enumerate() {
-                            row[c * kernel + j] = v;
-                        }
+            .for_each(|(t, row)| {
+                for (j, tap) in row.chunks_exact_mut(c_in).enumerate() {
+                    if let Some(s) = geometry.input_step(t, j, t_in) {
+                        tap.copy_from_slice(&x[s * c_in..(s + 1) * c_in]);
                     }
                 }
             });
-        y.extend(linear(&unrolled, rows, w, c_out, cols, bias)?);
+        gemm_nt(&unrolled, t_out, w, c_out, cols, &mut y);
+    } else {
+        let padded_len = t_in + pad_left + pad_right;
+        for phase in 0..dilation {
+            // Padded rows phase, phase + d, ...; outputs phase, phase + d, ...
+            let rows = (padded_len - phase).div_ceil(dilation);
+            let outs = (t_out.saturating_sub(phase)).div_ceil(dilation);
+            if outs == 0 {
+                continue;
+            }
+            let mut a = vec![0f32; rows * c_in];
+            for (s, row) in a.chunks_exact_mut(c_in).enumerate() {
+                let p = phase + s * dilation;
+                if let Some(src) = p.checked_sub(pad_left).filter(|&q| q < t_in) {
+                    row.copy_from_slice(&x[src * c_in..(src + 1) * c_in]);
+                }
+            }
+            if dilation == 1 {
+                gemm_nt_strided(&a, c_in, outs, w, c_out, cols, &mut y);
+            } else {
+                let mut part = vec![0f32; outs * c_out];
+                gemm_nt_strided(&a, c_in, outs, w, c_out, cols, &mut part);
+                for (s, row) in part.chunks_exact(c_out).enumerate() {
+                    let t = phase + s * dilation;
+                    y[t * c_out..(t + 1) * c_out].copy_from_slice(row);
+                }
+            }
+        }
+    }
+    if let Some(b) = bias {
+        for row in y.chunks_exact_mut(c_out) {
+            row.iter_mut().zip(b).for_each(|(v, &b)| *v += b);
+        }
     }
     Ok((y, t_out))
 }
@@ -157,21 +211,26 @@ pub fn depthwise_conv1d(
         }
     }
     let mut y = vec![0f32; t_out * channels];
-    y.par_chunks_mut(channels).enumerate().for_each(|(t, row)| {
-        match bias {
-            Some(b) => row.copy_from_slice(b),
-            None => row.fill(0.0),
-        }
-        for j in 0..kernel {
-            if let Some(s) = geometry.input_step(t, j, t_in) {
-                let src = &x[s * channels..(s + 1) * channels];
-                let tap = &taps[j * channels..(j + 1) * channels];
-                for ((o, &v), &k) in row.iter_mut().zip(src).zip(tap) {
-                    *o += v * k;
+    y.par_chunks_mut(channels * ROWS_PER_TASK)
+        .enumerate()
+        .for_each(|(task, rows)| {
+            for (r, row) in rows.chunks_exact_mut(channels).enumerate() {
+                let t = task * ROWS_PER_TASK + r;
+                match bias {
+                    Some(b) => row.copy_from_slice(b),
+                    None => row.fill(0.0),
+                }
+                for j in 0..kernel {
+                    if let Some(s) = geometry.input_step(t, j, t_in) {
+                        let src = &x[s * channels..(s + 1) * channels];
+                        let tap = &taps[j * channels..(j + 1) * channels];
+                        for ((o, &v), &k) in row.iter_mut().zip(src).zip(tap) {
+                            *o += v * k;
+                        }
+                    }
                 }
             }
-        }
-    });
+        });
     Ok((y, t_out))
 }
 
@@ -242,20 +301,24 @@ pub fn conv_transpose1d(
     // [t_in, kernel·c_out]: tap j of input step t for output channel o at [t][j·c_out + o].
     let taps = linear(x, t_in, WeightRef::F32(w), kernel * c_out, c_in, None)?;
     let mut y = vec![0f32; t_out * c_out];
-    y.par_chunks_mut(c_out).enumerate().for_each(|(u, row)| {
-        if let Some(b) = bias {
-            row.copy_from_slice(b);
-        }
-        // Input steps t with u + pad_left = t·stride + j for some tap j in [0, kernel).
-        let at = u + pad_left;
-        let t_first = (at + 1).saturating_sub(kernel).div_ceil(stride);
-        let t_last = (at / stride).min(t_in - 1);
-        for t in t_first..=t_last {
-            let j = at - t * stride;
-            let src = &taps[(t * kernel + j) * c_out..(t * kernel + j + 1) * c_out];
-            row.iter_mut().zip(src).for_each(|(o, &v)| *o += v);
-        }
-    });
+    y.par_chunks_mut(c_out * ROWS_PER_TASK)
+        .enumerate()
+        .for_each(|(task, rows)| {
+            for (r, row) in rows.chunks_exact_mut(c_out).enumerate() {
+                if let Some(b) = bias {
+                    row.copy_from_slice(b);
+                }
+                // Input steps t with u + pad_left = t·stride + j for some tap j in [0, kernel).
+                let at = task * ROWS_PER_TASK + r + pad_left;
+                let t_first = (at + 1).saturating_sub(kernel).div_ceil(stride);
+                let t_last = (at / stride).min(t_in - 1);
+                for t in t_first..=t_last {
+                    let j = at - t * stride;
+                    let src = &taps[(t * kernel + j) * c_out..(t * kernel + j + 1) * c_out];
+                    row.iter_mut().zip(src).for_each(|(o, &v)| *o += v);
+                }
+            }
+        });
     Ok((y, t_out))
 }
 
@@ -329,8 +392,17 @@ mod tests {
             let x = ramp(t_in * c_in, 1.0);
             let w = ramp(c_out * c_in * kernel, 0.5);
             let b = ramp(c_out, 0.1);
-            let (y, t_out) =
-                conv1d_dilated(&x, t_in, c_in, WeightRef::F32(&w), c_out, Some(&b), g).unwrap();
+            let tap_major = tap_major_weight(&w, c_out, c_in, kernel);
+            let (y, t_out) = conv1d_dilated(
+                &x,
+                t_in,
+                c_in,
+                WeightRef::F32(&tap_major),
+                c_out,
+                Some(&b),
+                g,
+            )
+            .unwrap();
             assert_eq!(t_out, g.output_len(t_in).unwrap());
             close(
                 &y,

@@ -175,7 +175,8 @@ unsafe fn gelu_slice_avx2(x: &mut [f32]) {
 
 /// 1-D convolution over time: `x: [t_in, c_in]` (time-major), `w: [c_out, c_in, kernel]`, zero
 /// padding `pad` on both sides, `stride`; returns `[t_out, c_out]` with `t_out = (t_in + 2 pad -
-/// kernel) / stride + 1` ([`crate::conv::conv1d_dilated`] without dilation).
+/// kernel) / stride + 1`. Each output row is a dot of the weight row with the window unrolled
+/// as `[c_in][kernel]` (im2col), so the product runs as [`linear`].
 #[allow(clippy::too_many_arguments)]
 pub fn conv1d(
     x: &[f32],
@@ -188,14 +189,35 @@ pub fn conv1d(
     stride: usize,
     pad: usize,
 ) -> Result<(Vec<f32>, usize)> {
-    let geometry = crate::conv::ConvGeometry {
-        kernel,
-        stride,
-        dilation: 1,
-        pad_left: pad,
-        pad_right: pad,
-    };
-    crate::conv::conv1d_dilated(x, t_in, c_in, w, c_out, bias, geometry)
+    const OP: &str = "conv1d";
+    if x.len() != t_in * c_in || stride == 0 || kernel == 0 || t_in + 2 * pad < kernel {
+        return Err(mismatch(
+            OP,
+            format!(
+                "x has {} values for {t_in}×{c_in}, kernel {kernel}, stride {stride}",
+                x.len()
+            ),
+        ));
+    }
+    let t_out = (t_in + 2 * pad - kernel) / stride + 1;
+    let cols = c_in * kernel;
+    let mut unrolled = vec![0f32; t_out * cols];
+    unrolled
+        .par_chunks_mut(cols)
+        .enumerate()
+        .for_each(|(t, row)| {
+            for j in 0..kernel {
+                // Input time of tap j: t·stride + j - pad (outside [0, t_in): zero padding).
+                let at = (t * stride + j).checked_sub(pad).filter(|&s| s < t_in);
+                if let Some(s) = at {
+                    let src = &x[s * c_in..(s + 1) * c_in];
+                    for (c, &v) in src.iter().enumerate() {
+                        row[c * kernel + j] = v;
+                    }
+                }
+            }
+        });
+    Ok((linear(&unrolled, t_out, w, c_out, cols, bias)?, t_out))
 }
 
 /// One head's rows `[rows, head_dim]` gathered from `x: [rows, stride]` at column `offset`.

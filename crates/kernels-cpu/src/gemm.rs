@@ -67,7 +67,23 @@ const ROWS_PER_TASK: usize = 48;
 /// `c = a · bᵀ`: `a: [m, k]`, `b: [n, k]`, `c: [m, n]`, all row-major. The caller checks the
 /// lengths.
 pub(crate) fn gemm_nt(a: &[f32], m: usize, b: WeightRef, n: usize, k: usize, c: &mut [f32]) {
-    debug_assert!(a.len() == m * k && b.len() == n * k && c.len() == m * n);
+    debug_assert!(a.len() == m * k);
+    gemm_nt_strided(a, k, m, b, n, k, c)
+}
+
+/// [`gemm_nt`] with row `i` of `a` starting at `a[i·lda]` (`k` values from there; `lda < k`
+/// makes rows overlap, as a convolution's sliding windows over time-major rows do).
+pub(crate) fn gemm_nt_strided(
+    a: &[f32],
+    lda: usize,
+    m: usize,
+    b: WeightRef,
+    n: usize,
+    k: usize,
+    c: &mut [f32],
+) {
+    debug_assert!(m == 0 || a.len() >= (m - 1) * lda + k);
+    debug_assert!(b.len() == n * k && c.len() == m * n);
     if m == 0 || n == 0 {
         return;
     }
@@ -77,16 +93,16 @@ pub(crate) fn gemm_nt(a: &[f32], m: usize, b: WeightRef, n: usize, k: usize, c: 
     }
     match path() {
         #[cfg(target_arch = "x86_64")]
-        Path::Avx512 => run::<8, 32>(a, b, n, k, c, |a, lda, rows, bp, k, c, ldc, cols| {
+        Path::Avx512 => run::<8, 32>(a, lda, b, n, k, c, |a, lda, rows, bp, k, c, ldc, cols| {
             // SAFETY: the path is only chosen on CPUs with AVX-512F; pointers as `tile` documents.
             unsafe { x86::tile_avx512(a, lda, rows, bp, k, c, ldc, cols) }
         }),
         #[cfg(target_arch = "x86_64")]
-        Path::Avx2 => run::<6, 16>(a, b, n, k, c, |a, lda, rows, bp, k, c, ldc, cols| {
+        Path::Avx2 => run::<6, 16>(a, lda, b, n, k, c, |a, lda, rows, bp, k, c, ldc, cols| {
             // SAFETY: the path is only chosen on CPUs with AVX2 and FMA.
             unsafe { x86::tile_avx2(a, lda, rows, bp, k, c, ldc, cols) }
         }),
-        _ => run::<4, 8>(a, b, n, k, c, tile_portable::<4, 8>),
+        _ => run::<4, 8>(a, lda, b, n, k, c, tile_portable::<4, 8>),
     }
 }
 
@@ -181,6 +197,7 @@ type Tile = fn(*const f32, usize, usize, *const f32, usize, *mut f32, usize, usi
 #[allow(clippy::too_many_arguments)]
 fn run<const MR: usize, const NR: usize>(
     a: &[f32],
+    lda: usize,
     b: WeightRef,
     n: usize,
     k: usize,
@@ -212,9 +229,9 @@ fn run<const MR: usize, const NR: usize>(
                 let mut r = 0;
                 while r < rows {
                     let tile_rows = MR.min(rows - r);
-                    let ap = a[(r0 + r) * k..].as_ptr();
+                    let ap = a[(r0 + r) * lda..].as_ptr();
                     let cp = c_rows[r * n + p * NR..].as_mut_ptr();
-                    tile(ap, k, tile_rows, bp, k, cp, n, cols);
+                    tile(ap, lda, tile_rows, bp, k, cp, n, cols);
                     r += MR;
                 }
             }
@@ -426,13 +443,22 @@ mod tests {
             let mut g = vec![f32::NAN; m * n];
             gemv_nt(&a, m, WeightRef::F32(&b), n, k, &mut g);
             let mut p = vec![f32::NAN; m * n];
-            run::<4, 8>(&a, WeightRef::F32(&b), n, k, &mut p, tile_portable::<4, 8>);
+            run::<4, 8>(
+                &a,
+                k,
+                WeightRef::F32(&b),
+                n,
+                k,
+                &mut p,
+                tile_portable::<4, 8>,
+            );
             // The AVX2 tile on every CPU that has it, whichever path the CPU takes.
             #[cfg(target_arch = "x86_64")]
             if Path::all_supported().contains(&Path::Avx2) {
                 let mut q = vec![f32::NAN; m * n];
                 run::<6, 16>(
                     &a,
+                    k,
                     WeightRef::F32(&b),
                     n,
                     k,

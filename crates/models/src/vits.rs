@@ -139,10 +139,22 @@ fn add_into(x: &mut [f32], y: &[f32]) {
     x.iter_mut().zip(y).for_each(|(a, &b)| *a += b);
 }
 
+#[inline]
+fn leaky(v: f32, slope: f32) -> f32 {
+    if v < 0.0 {
+        v * slope
+    } else {
+        v
+    }
+}
+
 fn leaky_relu(x: &[f32], slope: f32) -> Vec<f32> {
-    x.iter()
-        .map(|&v| if v < 0.0 { v * slope } else { v })
-        .collect()
+    x.iter().map(|&v| leaky(v, slope)).collect()
+}
+
+fn leaky_relu_into(x: &[f32], slope: f32, out: &mut Vec<f32>) {
+    out.clear();
+    out.extend(x.iter().map(|&v| leaky(v, slope)));
 }
 
 /// Multi-head self-attention with relative positions (heads share the offset embeddings).
@@ -730,24 +742,32 @@ impl ResBlock {
         }
     }
 
-    /// `x` plus the block's output; `first_act` is `leaky_relu(x)` when the caller has it.
+    /// `x` plus the block's output; `first_act` is `leaky_relu(x)`, shared by a stage's blocks.
     fn forward(&self, x: &[f32], t: usize, first_act: &[f32]) -> Result<Vec<f32>> {
         let mut x = x.to_vec();
-        let mut act = Some(first_act.to_vec());
-        let next_act = |x: &[f32], act: &mut Option<Vec<f32>>| {
-            act.take().unwrap_or_else(|| leaky_relu(x, LRELU_SLOPE))
+        let mut act = Vec::new();
+        let mut first = true;
+        let mut activated = |x: &[f32], act: &mut Vec<f32>| {
+            if !std::mem::take(&mut first) {
+                leaky_relu_into(x, LRELU_SLOPE, act);
+            }
         };
         match self {
             ResBlock::Singles(convs) => {
-                for c in convs {
-                    let y = c.forward_same(&next_act(&x, &mut act), t)?;
+                for (i, c) in convs.iter().enumerate() {
+                    activated(&x, &mut act);
+                    let input = if i == 0 { first_act } else { &act };
+                    let y = c.forward_same(input, t)?;
                     add_into(&mut x, &y);
                 }
             }
             ResBlock::Pairs(pairs) => {
-                for (c1, c2) in pairs {
-                    let y = c1.forward_same(&next_act(&x, &mut act), t)?;
-                    let y = c2.forward_same(&leaky_relu(&y, LRELU_SLOPE), t)?;
+                for (i, (c1, c2)) in pairs.iter().enumerate() {
+                    activated(&x, &mut act);
+                    let input = if i == 0 { first_act } else { &act };
+                    let mut y = c1.forward_same(input, t)?;
+                    y.iter_mut().for_each(|v| *v = leaky(*v, LRELU_SLOPE));
+                    let y = c2.forward_same(&y, t)?;
                     add_into(&mut x, &y);
                 }
             }

@@ -6,7 +6,8 @@
 
 use synaptix_bundle::onnx::{AttrValue, Node, OnnxFile};
 use synaptix_kernels_cpu::conv::{
-    conv1d_dilated, conv_transpose1d, depthwise_conv1d, transposed_conv_weight, ConvGeometry,
+    conv1d_dilated, conv_transpose1d, depthwise_conv1d, tap_major_weight, transposed_conv_weight,
+    ConvGeometry,
 };
 use synaptix_kernels_cpu::dense::WeightRef;
 
@@ -23,8 +24,8 @@ enum ConvKind {
 #[derive(Debug)]
 pub struct Conv1d {
     kind: ConvKind,
-    /// Dense and depthwise: `[c_out, c_in / groups, kernel]` as stored; transposed:
-    /// `[kernel, c_out, c_in]` (see `transposed_conv_weight`).
+    /// Dense: `[c_out, kernel, c_in]` (`tap_major_weight`); depthwise: `[c_out, 1, kernel]` as
+    /// stored; transposed: `[kernel, c_out, c_in]` (`transposed_conv_weight`).
     w: Vec<f32>,
     b: Option<Vec<f32>>,
     c_in: usize,
@@ -158,7 +159,12 @@ impl Conv1d {
             let w = transposed_conv_weight(&raw, d0, d1, kernel);
             (ConvKind::Transposed, d0, d1, w)
         } else if groups == 1 {
-            (ConvKind::Dense, d1, d0, raw)
+            (
+                ConvKind::Dense,
+                d1,
+                d0,
+                tap_major_weight(&raw, d0, d1, kernel),
+            )
         } else if d1 == 1 && groups == d0 {
             (ConvKind::Depthwise, d0, d0, raw)
         } else {
