@@ -9,6 +9,8 @@ For each case it records the phoneme ids (piper's own phonemizer and id map), th
 durations in frames (the graph's `w_ceil`, with the distance of each unrounded duration to the
 next integer, so a reader sees how close a rounding was) and the raw float audio of the graph's
 output (before piper's volume normalisation) as little-endian f32 in `tests/fixtures/piper/`.
+It also writes `question_piper.wav`: piper's `synthesize_wav` of the second case's text with the
+noise off (text to 16-bit WAV, the whole path `synaptix speak` runs).
 
 Two kinds of case:
 - noise off (noise_scale = noise_w = 0): the graph is deterministic, run as shipped;
@@ -26,7 +28,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnxruntime as ort
-from piper import PiperVoice
+from piper import PiperVoice, SynthesisConfig
+import wave
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "tests" / "fixtures" / "piper"
@@ -150,6 +153,12 @@ def main():
             case["min_distance_to_integer"] = float(np.min(np.minimum(frac, 1 - frac)))
         golden["cases"].append(case)
         print(name, len(ids), "ids", sum(durations), "frames", audio.size, "samples")
+    # piper's whole text-to-WAV path (phonemizer, ids, model, normalisation, 16-bit PCM) for one
+    # deterministic case, as `synaptix speak` runs it.
+    with wave.open(str(OUT / "question_piper.wav"), "wb") as wav:
+        config = SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0, length_scale=1.3)
+        voice.synthesize_wav("How are you today?", wav, syn_config=config)
+
     # One line per case: the id and duration lists stay readable in a diff.
     cases_text = ",\n  ".join(json.dumps(c, ensure_ascii=False) for c in golden.pop("cases"))
     head = json.dumps(golden, ensure_ascii=False)[:-1]

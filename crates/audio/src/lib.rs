@@ -22,7 +22,7 @@ use std::path::Path;
 pub use codec::read_audio;
 pub use mel::{whisper_log_mel, LogMel, HOP_LENGTH, N_FFT};
 pub use resample::resample;
-pub use wav::read_wav;
+pub use wav::{read_wav, write_wav_i16};
 
 /// The sample rate every Whisper model expects.
 pub const WHISPER_SAMPLE_RATE: u32 = 16_000;

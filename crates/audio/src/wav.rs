@@ -368,3 +368,40 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     }
     Ok(n)
 }
+
+/// Writes mono 16-bit PCM samples as a WAV stream (`std::io::Write + Seek`: a file or an
+/// in-memory cursor); `name` labels errors.
+pub fn write_wav_i16<W: io::Write + Seek>(
+    out: W,
+    name: &str,
+    samples: &[i16],
+    sample_rate: u32,
+) -> Result<(), AudioError> {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let io_err = |e: hound::Error| AudioError::Io {
+        path: name.to_string(),
+        source: match e {
+            hound::Error::IoError(e) => e,
+            other => io::Error::other(other.to_string()),
+        },
+    };
+    // A RIFF size is 32 bits: at most 2^31 - 1 bytes of 16-bit samples after the header.
+    if samples.len() > (i32::MAX as usize - 64) / 2 {
+        return Err(AudioError::Io {
+            path: name.to_string(),
+            source: io::Error::other("too many samples for one WAV file (over 2 GiB)"),
+        });
+    }
+    let mut writer = hound::WavWriter::new(io::BufWriter::new(out), spec).map_err(io_err)?;
+    let mut pcm = writer.get_i16_writer(samples.len() as u32);
+    for &s in samples {
+        pcm.write_sample(s);
+    }
+    pcm.flush().map_err(io_err)?;
+    writer.finalize().map_err(io_err)
+}

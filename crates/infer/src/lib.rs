@@ -10,6 +10,7 @@
 mod chat;
 mod engine;
 mod session;
+pub mod speak;
 pub mod transcribe;
 
 pub use chat::{render_chat, render_chat_at, ChatMessage};

@@ -10,7 +10,7 @@ use rayon::prelude::*;
 use synaptix_core::{Error, Result};
 
 use crate::dense::linear;
-use crate::gemm::{gemm_nt, gemm_nt_strided, WeightRef};
+use crate::gemm::{gemm_packed, PackedWeight, WeightRef};
 
 fn mismatch(op: &'static str, detail: String) -> Error {
     Error::ShapeMismatch { op, detail }
@@ -57,7 +57,7 @@ impl ConvGeometry {
 
 /// A convolution weight `[c_out, c_in, kernel]` (PyTorch's layout) rearranged tap-major,
 /// `[c_out, kernel, c_in]`: each output channel's row then lines up with `kernel` consecutive
-/// time-major input rows, the layout [`conv1d_dilated`] multiplies by.
+/// time-major input rows, the layout the products multiply by.
 pub fn tap_major_weight(w: &[f32], c_out: usize, c_in: usize, kernel: usize) -> Vec<f32> {
     let mut out = vec![0f32; w.len()];
     for o in 0..c_out {
@@ -70,15 +70,94 @@ pub fn tap_major_weight(w: &[f32], c_out: usize, c_in: usize, kernel: usize) -> 
     out
 }
 
+/// A dense convolution's weight, tap-major and packed once for the register-tiled products.
+#[derive(Debug, Clone)]
+pub struct ConvWeight {
+    packed: PackedWeight,
+    c_in: usize,
+    c_out: usize,
+    kernel: usize,
+}
+
+impl ConvWeight {
+    /// From PyTorch's layout `[c_out, c_in, kernel]`.
+    pub fn new(w: &[f32], c_out: usize, c_in: usize, kernel: usize) -> Result<ConvWeight> {
+        if w.len() != c_out * c_in * kernel || kernel == 0 {
+            return Err(mismatch(
+                "conv1d weight",
+                format!("{} values, expected {c_out}×{c_in}×{kernel}", w.len()),
+            ));
+        }
+        let tap_major = tap_major_weight(w, c_out, c_in, kernel);
+        Ok(ConvWeight::from_tap_major(
+            WeightRef::F32(&tap_major),
+            c_out,
+            c_in,
+            kernel,
+        ))
+    }
+
+    fn from_tap_major(w: WeightRef, c_out: usize, c_in: usize, kernel: usize) -> ConvWeight {
+        ConvWeight {
+            packed: PackedWeight::new(w, c_out, c_in * kernel),
+            c_in,
+            c_out,
+            kernel,
+        }
+    }
+
+    pub fn in_channels(&self) -> usize {
+        self.c_in
+    }
+
+    pub fn out_channels(&self) -> usize {
+        self.c_out
+    }
+
+    pub fn kernel(&self) -> usize {
+        self.kernel
+    }
+}
+
+/// An element-wise function applied to a convolution's input as it is read (fused into the copy
+/// the convolution makes anyway).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum InputActivation {
+    Identity,
+    Relu,
+    /// `x` for `x ≥ 0`, `slope·x` below.
+    LeakyRelu(f32),
+}
+
+impl InputActivation {
+    #[inline]
+    fn apply(self, v: f32) -> f32 {
+        match self {
+            InputActivation::Identity => v,
+            InputActivation::Relu => v.max(0.0),
+            InputActivation::LeakyRelu(slope) => {
+                if v < 0.0 {
+                    v * slope
+                } else {
+                    v
+                }
+            }
+        }
+    }
+
+    fn copy(self, dst: &mut [f32], src: &[f32]) {
+        match self {
+            InputActivation::Identity => dst.copy_from_slice(src),
+            _ => dst
+                .iter_mut()
+                .zip(src)
+                .for_each(|(d, &s)| *d = self.apply(s)),
+        }
+    }
+}
+
 /// Convolution `x: [t_in, c_in]` with a tap-major weight `[c_out, kernel, c_in]` (see
 /// [`tap_major_weight`]) (+ bias) → `([t_out, c_out], t_out)`.
-///
-/// With stride 1 nothing is unrolled: in the zero-padded input, output step `t` reads rows `t,
-/// t + d, ..., t + (kernel - 1)·d`. For dilation 1 those are `kernel` consecutive rows, i.e.
-/// `kernel·c_in` consecutive values, so the product reads its rows straight from the padded
-/// input with a row stride of `c_in` (overlapping windows). For dilation `d` the padded input is
-/// first split into `d` phases (rows `r, r + d, r + 2d, ...`), where the same holds, and each
-/// phase's outputs are put back in time order. Other strides unroll each window (im2col).
 pub fn conv1d_dilated(
     x: &[f32],
     t_in: usize,
@@ -88,7 +167,54 @@ pub fn conv1d_dilated(
     bias: Option<&[f32]>,
     geometry: ConvGeometry,
 ) -> Result<(Vec<f32>, usize)> {
-    const OP: &str = "conv1d";
+    let kernel = geometry.kernel;
+    if kernel == 0 || w.len() != c_out * c_in * kernel {
+        return Err(mismatch(
+            "conv1d",
+            format!(
+                "weight has {} values, expected {c_out}×{kernel}×{c_in}",
+                w.len()
+            ),
+        ));
+    }
+    let weight = ConvWeight::from_tap_major(w, c_out, c_in, kernel);
+    let t_out = output_len_checked(t_in, geometry)?;
+    let mut y = vec![0f32; t_out * c_out];
+    conv1d_into(
+        x,
+        t_in,
+        &weight,
+        bias,
+        geometry,
+        InputActivation::Identity,
+        &mut y,
+        false,
+    )?;
+    Ok((y, t_out))
+}
+
+fn output_len_checked(t_in: usize, geometry: ConvGeometry) -> Result<usize> {
+    geometry.output_len(t_in).ok_or_else(|| {
+        mismatch(
+            "conv1d",
+            format!("{t_in} input steps are too few for {geometry:?}"),
+        )
+    })
+}
+
+/// The rows each product reads, activation applied: with stride 1, the zero-padded input split
+/// into `dilation` phases (rows `r, r + d, r + 2d, ...`) with how many outputs each phase makes
+/// (output `t` reads padded rows `t, t + d, ..., t + (kernel - 1)·d`: in its phase `t mod d`,
+/// `kernel` consecutive rows from `t div d`, i.e. `kernel·c_in` consecutive values); other
+/// strides, one unrolled window per output (im2col), as one phase.
+fn product_inputs(
+    x: &[f32],
+    t_in: usize,
+    c_in: usize,
+    geometry: ConvGeometry,
+    t_out: usize,
+    act: InputActivation,
+) -> Vec<(Vec<f32>, usize)> {
     let ConvGeometry {
         kernel,
         stride,
@@ -96,33 +222,8 @@ pub fn conv1d_dilated(
         pad_left,
         pad_right,
     } = geometry;
-    let t_out = geometry.output_len(t_in).ok_or_else(|| {
-        mismatch(
-            OP,
-            format!("{t_in} input steps are too few for {geometry:?}"),
-        )
-    })?;
-    if x.len() != t_in * c_in {
-        return Err(mismatch(
-            OP,
-            format!("x has {} values, expected {t_in}×{c_in}", x.len()),
-        ));
-    }
-    let cols = c_in * kernel;
-    if w.len() != c_out * cols {
-        return Err(mismatch(
-            OP,
-            format!(
-                "weight has {} values, expected {c_out}×{kernel}×{c_in}",
-                w.len()
-            ),
-        ));
-    }
-    if bias.is_some_and(|b| b.len() != c_out) {
-        return Err(mismatch(OP, format!("bias is not {c_out} values")));
-    }
-    let mut y = vec![0f32; t_out * c_out];
     if stride != 1 {
+        let cols = c_in * kernel;
         let mut unrolled = vec![0f32; t_out * cols];
         unrolled
             .par_chunks_mut(cols)
@@ -130,45 +231,186 @@ pub fn conv1d_dilated(
             .for_each(|(t, row)| {
                 for (j, tap) in row.chunks_exact_mut(c_in).enumerate() {
                     if let Some(s) = geometry.input_step(t, j, t_in) {
-                        tap.copy_from_slice(&x[s * c_in..(s + 1) * c_in]);
+                        act.copy(tap, &x[s * c_in..(s + 1) * c_in]);
                     }
                 }
             });
-        gemm_nt(&unrolled, t_out, w, c_out, cols, &mut y);
-    } else {
-        let padded_len = t_in + pad_left + pad_right;
-        for phase in 0..dilation {
-            // Padded rows phase, phase + d, ...; outputs phase, phase + d, ...
+        return vec![(unrolled, t_out)];
+    }
+    let padded_len = t_in + pad_left + pad_right;
+    (0..dilation)
+        .map(|phase| {
             let rows = (padded_len - phase).div_ceil(dilation);
-            let outs = (t_out.saturating_sub(phase)).div_ceil(dilation);
-            if outs == 0 {
-                continue;
-            }
+            let outs = t_out.saturating_sub(phase).div_ceil(dilation);
             let mut a = vec![0f32; rows * c_in];
-            for (s, row) in a.chunks_exact_mut(c_in).enumerate() {
-                let p = phase + s * dilation;
-                if let Some(src) = p.checked_sub(pad_left).filter(|&q| q < t_in) {
-                    row.copy_from_slice(&x[src * c_in..(src + 1) * c_in]);
-                }
-            }
-            if dilation == 1 {
-                gemm_nt_strided(&a, c_in, outs, w, c_out, cols, &mut y);
-            } else {
-                let mut part = vec![0f32; outs * c_out];
-                gemm_nt_strided(&a, c_in, outs, w, c_out, cols, &mut part);
-                for (s, row) in part.chunks_exact(c_out).enumerate() {
-                    let t = phase + s * dilation;
-                    y[t * c_out..(t + 1) * c_out].copy_from_slice(row);
-                }
-            }
+            a.par_chunks_mut(c_in * ROWS_PER_TASK)
+                .enumerate()
+                .for_each(|(task, chunk)| {
+                    for (r, row) in chunk.chunks_exact_mut(c_in).enumerate() {
+                        let p = phase + (task * ROWS_PER_TASK + r) * dilation;
+                        if let Some(src) = p.checked_sub(pad_left).filter(|&q| q < t_in) {
+                            act.copy(row, &x[src * c_in..(src + 1) * c_in]);
+                        }
+                    }
+                });
+            (a, outs)
+        })
+        .collect()
+}
+
+/// Runs the products of [`product_inputs`] and stores (or with `accumulate` adds) each output
+/// row plus the bias into `out: [t_out, c_out]`.
+fn products_into(
+    inputs: &[(Vec<f32>, usize)],
+    w: &ConvWeight,
+    bias: Option<&[f32]>,
+    geometry: ConvGeometry,
+    out: &mut [f32],
+    accumulate: bool,
+) {
+    let (c_in, c_out) = (w.c_in, w.c_out);
+    // Phases interleave their outputs every `step` rows (the dilation; 1 for im2col).
+    let step = if geometry.stride == 1 {
+        geometry.dilation
+    } else {
+        1
+    };
+    let lda = if geometry.stride == 1 {
+        c_in
+    } else {
+        c_in * w.kernel
+    };
+    let direct = !accumulate && step == 1;
+    let mut part = Vec::new();
+    for (phase, (a, outs)) in inputs.iter().enumerate() {
+        if *outs == 0 {
+            continue;
         }
-    }
-    if let Some(b) = bias {
-        for row in y.chunks_exact_mut(c_out) {
-            row.iter_mut().zip(b).for_each(|(v, &b)| *v += b);
+        if direct {
+            gemm_packed(a, lda, *outs, &w.packed, &mut out[..outs * c_out]);
+            if let Some(b) = bias {
+                out.par_chunks_mut(c_out * ROWS_PER_TASK).for_each(|rows| {
+                    for row in rows.chunks_exact_mut(c_out) {
+                        row.iter_mut().zip(b).for_each(|(v, &b)| *v += b);
+                    }
+                });
+            }
+            continue;
         }
+        part.clear();
+        part.resize(outs * c_out, 0f32);
+        gemm_packed(a, lda, *outs, &w.packed, &mut part);
+        let part = &part;
+        // Output rows phase, phase + step, ...: split the output into tasks of whole steps.
+        out.par_chunks_mut(c_out * step * ROWS_PER_TASK)
+            .enumerate()
+            .for_each(|(task, chunk)| {
+                for s in 0..ROWS_PER_TASK {
+                    let local = s * step + phase;
+                    let index = task * ROWS_PER_TASK + s;
+                    if index >= *outs || (local + 1) * c_out > chunk.len() {
+                        break;
+                    }
+                    let dst = &mut chunk[local * c_out..(local + 1) * c_out];
+                    let src = &part[index * c_out..(index + 1) * c_out];
+                    match (accumulate, bias) {
+                        (true, Some(b)) => dst
+                            .iter_mut()
+                            .zip(src.iter().zip(b))
+                            .for_each(|(d, (&v, &b))| *d += v + b),
+                        (true, None) => dst.iter_mut().zip(src).for_each(|(d, &v)| *d += v),
+                        (false, Some(b)) => dst
+                            .iter_mut()
+                            .zip(src.iter().zip(b))
+                            .for_each(|(d, (&v, &b))| *d = v + b),
+                        (false, None) => dst.copy_from_slice(src),
+                    }
+                }
+            });
     }
-    Ok((y, t_out))
+}
+
+fn check_conv(
+    x_len: usize,
+    t_in: usize,
+    w: &ConvWeight,
+    bias: Option<&[f32]>,
+    geometry: ConvGeometry,
+) -> Result<usize> {
+    if geometry.kernel != w.kernel {
+        return Err(mismatch(
+            "conv1d",
+            format!("kernel {} for a weight of {}", geometry.kernel, w.kernel),
+        ));
+    }
+    if x_len != t_in * w.c_in {
+        return Err(mismatch(
+            "conv1d",
+            format!("x has {x_len} values, expected {t_in}×{}", w.c_in),
+        ));
+    }
+    if bias.is_some_and(|b| b.len() != w.c_out) {
+        return Err(mismatch(
+            "conv1d",
+            format!("bias is not {} values", w.c_out),
+        ));
+    }
+    output_len_checked(t_in, geometry)
+}
+
+/// `out = conv(act(x)) + bias`, or with `accumulate` `out += conv(act(x)) + bias`, for `x:
+/// [t_in, c_in]` and `out: [t_out, c_out]`; returns `t_out`.
+///
+/// With stride 1 nothing is unrolled: the products read their rows straight from the padded
+/// input, one phase per dilation step (see `product_inputs`). Other strides unroll each window
+/// (im2col).
+#[allow(clippy::too_many_arguments)]
+pub fn conv1d_into(
+    x: &[f32],
+    t_in: usize,
+    w: &ConvWeight,
+    bias: Option<&[f32]>,
+    geometry: ConvGeometry,
+    act: InputActivation,
+    out: &mut [f32],
+    accumulate: bool,
+) -> Result<usize> {
+    let t_out = check_conv(x.len(), t_in, w, bias, geometry)?;
+    if out.len() != t_out * w.c_out {
+        return Err(mismatch(
+            "conv1d",
+            format!("out has {} values, expected {t_out}×{}", out.len(), w.c_out),
+        ));
+    }
+    let inputs = product_inputs(x, t_in, w.c_in, geometry, t_out, act);
+    products_into(&inputs, w, bias, geometry, out, accumulate);
+    Ok(t_out)
+}
+
+/// The residual step `x += conv(act(x)) + bias` in place, for a length-keeping convolution
+/// (`c_out == c_in`, `t_out == t`).
+pub fn conv1d_residual(
+    x: &mut [f32],
+    t: usize,
+    w: &ConvWeight,
+    bias: Option<&[f32]>,
+    geometry: ConvGeometry,
+    act: InputActivation,
+) -> Result<()> {
+    let t_out = check_conv(x.len(), t, w, bias, geometry)?;
+    if t_out != t || w.c_out != w.c_in {
+        return Err(mismatch(
+            "conv1d residual",
+            format!(
+                "{t} steps of {} channels in, {t_out} of {} out",
+                w.c_in, w.c_out
+            ),
+        ));
+    }
+    // The products read their own copies of the input, so the output may overwrite it.
+    let inputs = product_inputs(x, t, w.c_in, geometry, t_out, act);
+    products_into(&inputs, w, bias, geometry, x, true);
+    Ok(())
 }
 
 /// Depthwise convolution (PyTorch `groups == channels`): `x: [t_in, channels]`, `w: [channels,
@@ -409,6 +651,43 @@ mod tests {
                 &reference_conv(&x, t_in, c_in, &w, c_out, 1, &b, g),
                 1e-4,
             );
+        }
+    }
+
+    /// Input activation, accumulation and the in-place residual step against the plain
+    /// convolution of the activated input.
+    #[test]
+    fn fused_forms_match_the_plain_convolution() {
+        for &(t, c, kernel, dilation) in &[(40, 6, 3, 1), (57, 5, 5, 6), (33, 4, 7, 3)] {
+            let g = ConvGeometry {
+                kernel,
+                stride: 1,
+                dilation,
+                pad_left: dilation * (kernel - 1) / 2,
+                pad_right: dilation * (kernel - 1) / 2,
+            };
+            let x = ramp(t * c, 1.0);
+            let w = ramp(c * c * kernel, 0.4);
+            let b = ramp(c, 0.1);
+            let weight = ConvWeight::new(&w, c, c, kernel).unwrap();
+            for act in [
+                InputActivation::Identity,
+                InputActivation::Relu,
+                InputActivation::LeakyRelu(0.1),
+            ] {
+                let activated: Vec<f32> = x.iter().map(|&v| act.apply(v)).collect();
+                let plain = reference_conv(&activated, t, c, &w, c, 1, &b, g);
+                let mut out = vec![0f32; t * c];
+                conv1d_into(&x, t, &weight, Some(&b), g, act, &mut out, false).unwrap();
+                close(&out, &plain, 1e-4);
+                let mut acc = x.clone();
+                conv1d_into(&x, t, &weight, Some(&b), g, act, &mut acc, true).unwrap();
+                let want: Vec<f32> = x.iter().zip(&plain).map(|(a, b)| a + b).collect();
+                close(&acc, &want, 1e-4);
+                let mut inplace = x.clone();
+                conv1d_residual(&mut inplace, t, &weight, Some(&b), g, act).unwrap();
+                close(&inplace, &want, 1e-4);
+            }
         }
     }
 

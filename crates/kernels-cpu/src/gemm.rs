@@ -82,8 +82,71 @@ pub(crate) fn gemm_nt_strided(
     k: usize,
     c: &mut [f32],
 ) {
+    debug_assert!(b.len() == n * k);
+    if m == 0 || n == 0 {
+        return;
+    }
+    gemm_packed(a, lda, m, &PackedWeight::new(b, n, k), c);
+}
+
+/// A weight `[n, k]` packed once for the register tiles of the CPU's kernel path: panels of
+/// `NR` columns, k-major (`panel[kk][j] = B[p·NR + j][kk]`, zeros past `n`). Packing costs a
+/// pass over the weight; layers that multiply by the same weight many times (convolutions over
+/// many steps, dilated ones in several phases) pack it once at load.
+#[derive(Debug, Clone)]
+pub struct PackedWeight {
+    panels: Vec<f32>,
+    n: usize,
+    k: usize,
+    /// The panel width this was packed for (the path's NR).
+    nr: usize,
+}
+
+/// The panel width of the current kernel path's tile.
+fn path_nr() -> usize {
+    match path() {
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx512 => 32,
+        #[cfg(target_arch = "x86_64")]
+        Path::Avx2 => 16,
+        _ => 8,
+    }
+}
+
+impl PackedWeight {
+    /// Packs `b: [n, k]` (f32, or f16 converted exactly).
+    pub fn new(b: WeightRef, n: usize, k: usize) -> PackedWeight {
+        PackedWeight::with_width(b, n, k, path_nr())
+    }
+
+    /// Packed in panels of `nr` columns (the tests drive every tile on one CPU).
+    pub(crate) fn with_width(b: WeightRef, n: usize, k: usize, nr: usize) -> PackedWeight {
+        debug_assert_eq!(b.len(), n * k);
+        let mut panels = vec![0f32; n.div_ceil(nr) * k * nr];
+        if k > 0 {
+            panels
+                .par_chunks_mut(k * nr)
+                .enumerate()
+                .for_each(|(p, panel)| {
+                    let mut buf = vec![0f32; if matches!(b, WeightRef::F16(_)) { k } else { 0 }];
+                    for j in 0..nr.min(n - p * nr) {
+                        let row = b.row(p * nr + j, k, &mut buf);
+                        for (kk, &v) in row.iter().enumerate() {
+                            panel[kk * nr + j] = v;
+                        }
+                    }
+                });
+        }
+        PackedWeight { panels, n, k, nr }
+    }
+}
+
+/// `c[m×n] = a · bᵀ` with a packed weight; row `i` of `a` starts at `a[i·lda]`. The caller
+/// checks the lengths (`a` holds `(m - 1)·lda + k` values, `c` holds `m·n`).
+pub(crate) fn gemm_packed(a: &[f32], lda: usize, m: usize, w: &PackedWeight, c: &mut [f32]) {
+    let (n, k) = (w.n, w.k);
     debug_assert!(m == 0 || a.len() >= (m - 1) * lda + k);
-    debug_assert!(b.len() == n * k && c.len() == m * n);
+    debug_assert!(c.len() == m * n);
     if m == 0 || n == 0 {
         return;
     }
@@ -91,18 +154,19 @@ pub(crate) fn gemm_nt_strided(
         c.fill(0.0);
         return;
     }
+    debug_assert_eq!(w.nr, path_nr(), "packed for another kernel path");
     match path() {
         #[cfg(target_arch = "x86_64")]
-        Path::Avx512 => run::<8, 32>(a, lda, b, n, k, c, |a, lda, rows, bp, k, c, ldc, cols| {
+        Path::Avx512 => run::<8, 32>(a, lda, w, c, |a, lda, rows, bp, k, c, ldc, cols| {
             // SAFETY: the path is only chosen on CPUs with AVX-512F; pointers as `tile` documents.
             unsafe { x86::tile_avx512(a, lda, rows, bp, k, c, ldc, cols) }
         }),
         #[cfg(target_arch = "x86_64")]
-        Path::Avx2 => run::<6, 16>(a, lda, b, n, k, c, |a, lda, rows, bp, k, c, ldc, cols| {
+        Path::Avx2 => run::<6, 16>(a, lda, w, c, |a, lda, rows, bp, k, c, ldc, cols| {
             // SAFETY: the path is only chosen on CPUs with AVX2 and FMA.
             unsafe { x86::tile_avx2(a, lda, rows, bp, k, c, ldc, cols) }
         }),
-        _ => run::<4, 8>(a, lda, b, n, k, c, tile_portable::<4, 8>),
+        _ => run::<4, 8>(a, lda, w, c, tile_portable::<4, 8>),
     }
 }
 
@@ -194,30 +258,16 @@ fn dot_portable(w: &[f32], a: &[f32]) -> f32 {
 /// of NR values), into `c[r·ldc + j]` for j < cols (≤ NR).
 type Tile = fn(*const f32, usize, usize, *const f32, usize, *mut f32, usize, usize);
 
-#[allow(clippy::too_many_arguments)]
 fn run<const MR: usize, const NR: usize>(
     a: &[f32],
     lda: usize,
-    b: WeightRef,
-    n: usize,
-    k: usize,
+    w: &PackedWeight,
     c: &mut [f32],
     tile: Tile,
 ) {
+    let (n, k) = (w.n, w.k);
     let panels = n.div_ceil(NR);
-    let mut packed = vec![0f32; panels * k * NR];
-    packed
-        .par_chunks_mut(k * NR)
-        .enumerate()
-        .for_each(|(p, panel)| {
-            let mut buf = vec![0f32; if matches!(b, WeightRef::F16(_)) { k } else { 0 }];
-            for j in 0..NR.min(n - p * NR) {
-                let row = b.row(p * NR + j, k, &mut buf);
-                for (kk, &v) in row.iter().enumerate() {
-                    panel[kk * NR + j] = v;
-                }
-            }
-        });
+    let packed = &w.panels;
     c.par_chunks_mut(ROWS_PER_TASK * n)
         .enumerate()
         .for_each(|(task, c_rows)| {
@@ -443,25 +493,17 @@ mod tests {
             let mut g = vec![f32::NAN; m * n];
             gemv_nt(&a, m, WeightRef::F32(&b), n, k, &mut g);
             let mut p = vec![f32::NAN; m * n];
-            run::<4, 8>(
-                &a,
-                k,
-                WeightRef::F32(&b),
-                n,
-                k,
-                &mut p,
-                tile_portable::<4, 8>,
-            );
+            let packed8 = PackedWeight::with_width(WeightRef::F32(&b), n, k, 8);
+            run::<4, 8>(&a, k, &packed8, &mut p, tile_portable::<4, 8>);
             // The AVX2 tile on every CPU that has it, whichever path the CPU takes.
             #[cfg(target_arch = "x86_64")]
             if Path::all_supported().contains(&Path::Avx2) {
                 let mut q = vec![f32::NAN; m * n];
+                let packed16 = PackedWeight::with_width(WeightRef::F32(&b), n, k, 16);
                 run::<6, 16>(
                     &a,
                     k,
-                    WeightRef::F32(&b),
-                    n,
-                    k,
+                    &packed16,
                     &mut q,
                     |a, lda, rows, bp, k, c, ldc, cols| unsafe {
                         x86::tile_avx2(a, lda, rows, bp, k, c, ldc, cols)

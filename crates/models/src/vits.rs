@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use synaptix_bundle::onnx::OnnxFile;
 use synaptix_kernels_cpu::dense::{exp_f32, gelu_erf_inplace, layer_norm_inplace};
-use synaptix_nn::conv::Conv1d;
+use synaptix_nn::conv::{Conv1d, InputActivation};
 
 use crate::{ModelError, Result};
 
@@ -152,10 +152,6 @@ fn leaky_relu(x: &[f32], slope: f32) -> Vec<f32> {
     x.iter().map(|&v| leaky(v, slope)).collect()
 }
 
-fn leaky_relu_into(x: &[f32], slope: f32, out: &mut Vec<f32>) {
-    out.clear();
-    out.extend(x.iter().map(|&v| leaky(v, slope)));
-}
 
 /// Multi-head self-attention with relative positions (heads share the offset embeddings).
 struct RelativeAttention {
@@ -198,7 +194,8 @@ impl RelativeAttention {
         })
     }
 
-    fn forward(&self, x: &[f32], t: usize) -> Result<Vec<f32>> {
+    /// `x += attention(x)`.
+    fn add_to(&self, x: &mut [f32], t: usize) -> Result<()> {
         let (q, k, v) = (
             self.q.forward_same(x, t)?,
             self.k.forward_same(x, t)?,
@@ -242,7 +239,7 @@ impl RelativeAttention {
                 }
             }
         }
-        Ok(self.o.forward_same(&out, t)?)
+        Ok(self.o.add_forward(&out, t, InputActivation::Identity, x)?)
     }
 }
 
@@ -336,13 +333,12 @@ impl TextEncoder {
             );
         }
         for layer in &self.layers {
-            let y = layer.attention.forward(&x, n)?;
-            add_into(&mut x, &y);
+            layer.attention.add_to(&mut x, n)?;
             layer.norm1.apply(&mut x)?;
-            let mut y = layer.ffn_in.forward_same(&x, n)?;
-            y.iter_mut().for_each(|v| *v = v.max(0.0));
-            let y = layer.ffn_out.forward_same(&y, n)?;
-            add_into(&mut x, &y);
+            let y = layer.ffn_in.forward_same(&x, n)?;
+            layer
+                .ffn_out
+                .add_forward(&y, n, InputActivation::Relu, &mut x)?;
             layer.norm2.apply(&mut x)?;
         }
         let stats = self.proj.forward_same(&x, n)?;
@@ -742,33 +738,20 @@ impl ResBlock {
         }
     }
 
-    /// `x` plus the block's output; `first_act` is `leaky_relu(x)`, shared by a stage's blocks.
-    fn forward(&self, x: &[f32], t: usize, first_act: &[f32]) -> Result<Vec<f32>> {
+    /// `x` plus the block's output.
+    fn forward(&self, x: &[f32], t: usize) -> Result<Vec<f32>> {
         let mut x = x.to_vec();
-        let mut act = Vec::new();
-        let mut first = true;
-        let mut activated = |x: &[f32], act: &mut Vec<f32>| {
-            if !std::mem::take(&mut first) {
-                leaky_relu_into(x, LRELU_SLOPE, act);
-            }
-        };
+        let act = InputActivation::LeakyRelu(LRELU_SLOPE);
         match self {
             ResBlock::Singles(convs) => {
-                for (i, c) in convs.iter().enumerate() {
-                    activated(&x, &mut act);
-                    let input = if i == 0 { first_act } else { &act };
-                    let y = c.forward_same(input, t)?;
-                    add_into(&mut x, &y);
+                for c in convs {
+                    c.residual(&mut x, t, act)?;
                 }
             }
             ResBlock::Pairs(pairs) => {
-                for (i, (c1, c2)) in pairs.iter().enumerate() {
-                    activated(&x, &mut act);
-                    let input = if i == 0 { first_act } else { &act };
-                    let mut y = c1.forward_same(input, t)?;
-                    y.iter_mut().for_each(|v| *v = leaky(*v, LRELU_SLOPE));
-                    let y = c2.forward_same(&y, t)?;
-                    add_into(&mut x, &y);
+                for (c1, c2) in pairs {
+                    let y = c1.forward_activated(&x, t, act)?;
+                    c2.add_forward(&y, t, act, &mut x)?;
                 }
             }
         }
@@ -828,18 +811,23 @@ impl Generator {
         for (up, blocks) in &self.stages {
             let (y, t_up) = up.forward(&leaky_relu(&x, LRELU_SLOPE), t)?;
             t = t_up;
-            // Every block starts with the same activation of the same input.
-            let act = leaky_relu(&y, LRELU_SLOPE);
-            let mut sum = vec![0f32; y.len()];
-            for block in blocks {
-                add_into(&mut sum, &block.forward(&y, t, &act)?);
+            let mut sum = blocks
+                .first()
+                .map(|b| b.forward(&y, t))
+                .transpose()?
+                .unwrap_or_default();
+            for block in blocks.iter().skip(1) {
+                add_into(&mut sum, &block.forward(&y, t)?);
             }
             let inv = blocks.len() as f32;
-            x = sum.into_iter().map(|v| v / inv).collect();
+            sum.iter_mut().for_each(|v| *v /= inv);
+            x = sum;
         }
-        let y = self
-            .conv_post
-            .forward_same(&leaky_relu(&x, LRELU_SLOPE_FINAL), t)?;
+        let y = self.conv_post.forward_activated(
+            &x,
+            t,
+            InputActivation::LeakyRelu(LRELU_SLOPE_FINAL),
+        )?;
         Ok(y.into_iter().map(f32::tanh).collect())
     }
 

@@ -5,28 +5,28 @@
 //! (`group == channels`) and transposed convolutions; other group counts are refused.
 
 use synaptix_bundle::onnx::{AttrValue, Node, OnnxFile};
+pub use synaptix_kernels_cpu::conv::InputActivation;
 use synaptix_kernels_cpu::conv::{
-    conv1d_dilated, conv_transpose1d, depthwise_conv1d, tap_major_weight, transposed_conv_weight,
-    ConvGeometry,
+    conv1d_into, conv1d_residual, conv_transpose1d, depthwise_conv1d, transposed_conv_weight,
+    ConvGeometry, ConvWeight,
 };
-use synaptix_kernels_cpu::dense::WeightRef;
 
 use crate::{NnError, Result};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 enum ConvKind {
-    Dense,
-    Depthwise,
-    Transposed,
+    /// Packed for the products.
+    Dense(ConvWeight),
+    /// `[c_out, 1, kernel]` as stored.
+    Depthwise(Vec<f32>),
+    /// `[kernel, c_out, c_in]` (`transposed_conv_weight`).
+    Transposed(Vec<f32>),
 }
 
 /// A convolution layer: `[t_in, c_in]` → `[t_out, c_out]`.
 #[derive(Debug)]
 pub struct Conv1d {
     kind: ConvKind,
-    /// Dense: `[c_out, kernel, c_in]` (`tap_major_weight`); depthwise: `[c_out, 1, kernel]` as
-    /// stored; transposed: `[kernel, c_out, c_in]` (`transposed_conv_weight`).
-    w: Vec<f32>,
     b: Option<Vec<f32>>,
     c_in: usize,
     c_out: usize,
@@ -149,7 +149,7 @@ impl Conv1d {
         }
         let raw = file.f32_values(weight_name)?;
         let transposed = node.op_type == "ConvTranspose";
-        let (kind, c_in, c_out, w) = if transposed {
+        let (kind, c_in, c_out) = if transposed {
             if groups != 1 || geometry.dilation != 1 {
                 return Err(graph_error(
                     file,
@@ -157,16 +157,15 @@ impl Conv1d {
                 ));
             }
             let w = transposed_conv_weight(&raw, d0, d1, kernel);
-            (ConvKind::Transposed, d0, d1, w)
+            (ConvKind::Transposed(w), d0, d1)
         } else if groups == 1 {
             (
-                ConvKind::Dense,
+                ConvKind::Dense(ConvWeight::new(&raw, d0, d1, kernel)?),
                 d1,
                 d0,
-                tap_major_weight(&raw, d0, d1, kernel),
             )
         } else if d1 == 1 && groups == d0 {
-            (ConvKind::Depthwise, d0, d0, raw)
+            (ConvKind::Depthwise(raw), d0, d0)
         } else {
             return Err(graph_error(
                 file,
@@ -191,7 +190,6 @@ impl Conv1d {
         };
         Ok(Conv1d {
             kind,
-            w,
             b,
             c_in,
             c_out,
@@ -227,33 +225,91 @@ impl Conv1d {
     pub fn forward(&self, x: &[f32], t_in: usize) -> Result<(Vec<f32>, usize)> {
         let b = self.b.as_deref();
         let g = self.geometry;
-        Ok(match self.kind {
-            ConvKind::Dense => conv1d_dilated(
-                x,
-                t_in,
-                self.c_in,
-                WeightRef::F32(&self.w),
-                self.c_out,
-                b,
-                g,
-            )?,
-            ConvKind::Depthwise => depthwise_conv1d(x, t_in, self.c_in, &self.w, b, g)?,
-            ConvKind::Transposed => {
-                conv_transpose1d(x, t_in, self.c_in, &self.w, self.c_out, b, g)?
+        Ok(match &self.kind {
+            ConvKind::Dense(w) => {
+                let t_out = g.output_len(t_in).unwrap_or(0);
+                let mut y = vec![0f32; t_out * self.c_out];
+                let t_out =
+                    conv1d_into(x, t_in, w, b, g, InputActivation::Identity, &mut y, false)?;
+                (y, t_out)
             }
+            ConvKind::Depthwise(w) => depthwise_conv1d(x, t_in, self.c_in, w, b, g)?,
+            ConvKind::Transposed(w) => conv_transpose1d(x, t_in, self.c_in, w, self.c_out, b, g)?,
         })
     }
 
-    /// [`Conv1d::forward`] for layers that keep the length (stride 1, `pad_left + pad_right`
-    /// equal to the dilated kernel's span minus one).
-    pub fn forward_same(&self, x: &[f32], t: usize) -> Result<Vec<f32>> {
-        let (y, t_out) = self.forward(x, t)?;
+    fn same_length(&self, t: usize, t_out: usize) -> Result<()> {
         if t_out != t {
             return Err(NnError::Kernel(synaptix_core::Error::ShapeMismatch {
                 op: "conv1d (same length)",
                 detail: format!("{t} steps in, {t_out} out"),
             }));
         }
+        Ok(())
+    }
+
+    fn dense(&self) -> Result<&ConvWeight> {
+        match &self.kind {
+            ConvKind::Dense(w) => Ok(w),
+            _ => Err(NnError::Kernel(synaptix_core::Error::ShapeMismatch {
+                op: "conv1d",
+                detail: "a fused form of a depthwise or transposed convolution".into(),
+            })),
+        }
+    }
+
+    /// [`Conv1d::forward`] for layers that keep the length (stride 1, `pad_left + pad_right`
+    /// equal to the dilated kernel's span minus one).
+    pub fn forward_same(&self, x: &[f32], t: usize) -> Result<Vec<f32>> {
+        let (y, t_out) = self.forward(x, t)?;
+        self.same_length(t, t_out)?;
         Ok(y)
+    }
+
+    /// `conv(act(x))` of a dense, length-keeping convolution, the activation applied as the
+    /// input is read.
+    pub fn forward_activated(&self, x: &[f32], t: usize, act: InputActivation) -> Result<Vec<f32>> {
+        let w = self.dense()?;
+        let mut y = vec![0f32; t * self.c_out];
+        let t_out = conv1d_into(
+            x,
+            t,
+            w,
+            self.b.as_deref(),
+            self.geometry,
+            act,
+            &mut y,
+            false,
+        )?;
+        self.same_length(t, t_out)?;
+        Ok(y)
+    }
+
+    /// `out += conv(act(x))` of a dense, length-keeping convolution.
+    pub fn add_forward(
+        &self,
+        x: &[f32],
+        t: usize,
+        act: InputActivation,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let w = self.dense()?;
+        let t_out = self.geometry.output_len(t).unwrap_or(0);
+        self.same_length(t, t_out)?;
+        conv1d_into(x, t, w, self.b.as_deref(), self.geometry, act, out, true)?;
+        Ok(())
+    }
+
+    /// The residual step `x += conv(act(x))` in place.
+    pub fn residual(&self, x: &mut [f32], t: usize, act: InputActivation) -> Result<()> {
+        let w = self.dense()?;
+        Ok(conv1d_residual(
+            x,
+            t,
+            w,
+            self.b.as_deref(),
+            self.geometry,
+            act,
+        )?)
     }
 }
