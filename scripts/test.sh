@@ -10,6 +10,7 @@ scripts/fetch-models.sh
 LD_LIBRARY_PATH="$(scripts/nvrtc.sh)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export LD_LIBRARY_PATH SYNAPTIX_REQUIRE_NVRTC=1
 cargo fmt --all -- --check
+scripts/espeak.sh
 cargo test --release --workspace "$@"
 # GPU tests skip themselves without a GPU; say so where everyone reads it.
 if ! target/release/synaptix devices | grep -q '^gpu '; then

@@ -11,6 +11,7 @@ mod inspect;
 mod quantize;
 mod run;
 mod serve;
+mod speak;
 mod threads;
 mod tokenize;
 mod transcribe;
@@ -23,14 +24,17 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "synaptix",
     version,
-    about = "Run LLMs from GGUF files (CPU or NVIDIA GPU) and Whisper speech recognition, from one binary",
+    about = "Run LLMs from GGUF files (CPU or NVIDIA GPU), Whisper speech recognition, sentence embeddings and Piper voices, from one binary",
     long_about = "synaptix loads GGUF model files as they are (memory-mapped, any ggml quantization \
                   it supports) and runs them with its own kernels, on the CPU or an NVIDIA GPU. \
-                  It also transcribes speech with Whisper models (CTranslate2 directories).\n\n\
+                  It also transcribes speech with Whisper models (CTranslate2 directories), \
+                  embeds sentences with BERT models and speaks with Piper voices.\n\n\
                   Quick start:\n  scripts/fetch-models.sh gemma3-270m\n  \
                   synaptix run gemma3-270m \"The capital of France is\"\n  \
                   scripts/fetch-models.sh whisper-base\n  \
-                  synaptix transcribe whisper-base speech.wav"
+                  synaptix transcribe whisper-base speech.wav\n  \
+                  scripts/fetch-models.sh piper-en-us-joe-medium\n  \
+                  synaptix speak piper-en-us-joe-medium \"Hello there.\" -o hello.wav"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -59,6 +63,8 @@ enum Command {
     Transcribe(transcribe::TranscribeArgs),
     /// Turn sentences into embedding vectors (BERT sentence-transformers models)
     Embed(embed::EmbedArgs),
+    /// Turn text into speech with a Piper voice (VITS; WAV out)
+    Speak(speak::SpeakArgs),
 }
 
 /// mimalloc instead of the system allocator: a step allocates and frees many large activation
@@ -103,6 +109,7 @@ fn main() -> ExitCode {
         Command::Quantize(a) => quantize::run(a),
         Command::Transcribe(a) => transcribe::run(a),
         Command::Embed(a) => embed::run(a),
+        Command::Speak(a) => speak::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

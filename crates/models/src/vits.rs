@@ -152,7 +152,6 @@ fn leaky_relu(x: &[f32], slope: f32) -> Vec<f32> {
     x.iter().map(|&v| leaky(v, slope)).collect()
 }
 
-
 /// Multi-head self-attention with relative positions (heads share the offset embeddings).
 struct RelativeAttention {
     q: Conv1d,

@@ -41,6 +41,39 @@ pub enum TokenizerError {
     /// Loading or running a Hugging Face `tokenizer.json`.
     #[error("tokenizer.json {path}: {message}")]
     TokenizerJson { path: PathBuf, message: String },
+
+    /// The espeak-ng shared library could not be opened (`lib` is what was asked of dlopen).
+    #[error("espeak-ng library not found ({lib}: {reason}): install the Debian/Ubuntu package libespeak-ng1 or set SYNAPTIX_ESPEAK_LIB")]
+    EspeakNotFound { lib: String, reason: String },
+
+    /// The library opened but lacks a function every espeak-ng since 1.49 exports.
+    #[error("{lib} is not a usable espeak-ng library: it has no `{symbol}`")]
+    EspeakSymbol { lib: String, symbol: &'static str },
+
+    /// `espeak_ng_Initialize` failed (typically: no espeak-ng-data where the library looks).
+    #[error("espeak-ng ({lib}) failed to initialise: {message} (install the Debian/Ubuntu package espeak-ng-data or set SYNAPTIX_ESPEAK_DATA)")]
+    EspeakInit { lib: String, message: String },
+
+    /// `espeak_SetVoiceByName` refused the name.
+    #[error("espeak-ng has no voice `{0}`")]
+    EspeakVoice(String),
+
+    /// espeak-ng returned something the phonemizer cannot use (a null result, a text pointer
+    /// outside the text); the message says which.
+    #[error("espeak-ng failed: {0}")]
+    Espeak(String),
+
+    /// espeak-ng reads C strings: text with a NUL character cannot be passed (Piper refuses it too).
+    #[error("the text contains a NUL character, which espeak-ng cannot read")]
+    TextHasNul,
+
+    /// A Piper voice config whose `phoneme_type` is not `espeak`.
+    #[error("Piper phoneme_type `{0}` is not supported (only `espeak` is)")]
+    UnsupportedPhonemeType(String),
+
+    /// A Piper voice config (`*.onnx.json`) that is missing a field or has one of the wrong shape.
+    #[error("Piper voice config {path}: {problem}")]
+    PiperConfig { path: String, problem: String },
 }
 
 pub type Result<T, E = TokenizerError> = std::result::Result<T, E>;

@@ -7,6 +7,8 @@
 //!   a corpus against ids recorded from llama.cpp's `llama-tokenize`.
 //! - [`Tokenizer::from_tokenizer_json`]: a Hugging Face `tokenizer.json`, through the
 //!   `tokenizers` crate.
+//! - [`PiperPhonemizer`]: text to Piper (VITS) phoneme ids as `piper-tts` computes them for
+//!   espeak voices, with espeak-ng ([`espeak`]) opened at run time.
 //!
 //! Ids are `u32`. Decoding never fails: ids outside the vocabulary are skipped (and
 //! [`Tokenizer::token_to_piece`] gives no bytes for them), so a sampler bug cannot crash a
@@ -15,7 +17,9 @@
 mod bpe;
 mod byte_level;
 mod error;
+pub mod espeak;
 mod hf;
+mod piper;
 mod pretokenize;
 mod spm;
 mod stream;
@@ -28,6 +32,7 @@ use std::path::Path;
 use synaptix_bundle::GgufFile;
 
 pub use error::{Result, TokenizerError};
+pub use piper::{PhonemeIds, PiperPhonemizer};
 pub use pretokenize::PreTokenizer;
 pub use stream::StreamDecoder;
 pub use vocab::TokenAttr;
