@@ -10,7 +10,7 @@ use rayon::prelude::*;
 use synaptix_core::{Error, Result};
 
 use crate::dense::linear;
-use crate::gemm::{gemm_packed, PackedWeight, WeightRef};
+use crate::gemm::{gemm_packed_into, Epilogue, PackedWeight, WeightRef};
 
 fn mismatch(op: &'static str, detail: String) -> Error {
     Error::ShapeMismatch { op, detail }
@@ -280,53 +280,20 @@ fn products_into(
     } else {
         c_in * w.kernel
     };
-    let direct = !accumulate && step == 1;
-    let mut part = Vec::new();
     for (phase, (a, outs)) in inputs.iter().enumerate() {
         if *outs == 0 {
             continue;
         }
-        if direct {
-            gemm_packed(a, lda, *outs, &w.packed, &mut out[..outs * c_out]);
-            if let Some(b) = bias {
-                out.par_chunks_mut(c_out * ROWS_PER_TASK).for_each(|rows| {
-                    for row in rows.chunks_exact_mut(c_out) {
-                        row.iter_mut().zip(b).for_each(|(v, &b)| *v += b);
-                    }
-                });
-            }
-            continue;
-        }
-        part.clear();
-        part.resize(outs * c_out, 0f32);
-        gemm_packed(a, lda, *outs, &w.packed, &mut part);
-        let part = &part;
-        // Output rows phase, phase + step, ...: split the output into tasks of whole steps.
-        out.par_chunks_mut(c_out * step * ROWS_PER_TASK)
-            .enumerate()
-            .for_each(|(task, chunk)| {
-                for s in 0..ROWS_PER_TASK {
-                    let local = s * step + phase;
-                    let index = task * ROWS_PER_TASK + s;
-                    if index >= *outs || (local + 1) * c_out > chunk.len() {
-                        break;
-                    }
-                    let dst = &mut chunk[local * c_out..(local + 1) * c_out];
-                    let src = &part[index * c_out..(index + 1) * c_out];
-                    match (accumulate, bias) {
-                        (true, Some(b)) => dst
-                            .iter_mut()
-                            .zip(src.iter().zip(b))
-                            .for_each(|(d, (&v, &b))| *d += v + b),
-                        (true, None) => dst.iter_mut().zip(src).for_each(|(d, &v)| *d += v),
-                        (false, Some(b)) => dst
-                            .iter_mut()
-                            .zip(src.iter().zip(b))
-                            .for_each(|(d, (&v, &b))| *d = v + b),
-                        (false, None) => dst.copy_from_slice(src),
-                    }
-                }
-            });
+        // Phase outputs are rows phase, phase + step, ...: `step` rows apart in `out`.
+        gemm_packed_into(
+            a,
+            lda,
+            *outs,
+            &w.packed,
+            &mut out[phase * c_out..],
+            step * c_out,
+            Epilogue { accumulate, bias },
+        );
     }
 }
 

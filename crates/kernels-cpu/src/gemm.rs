@@ -141,39 +141,86 @@ impl PackedWeight {
     }
 }
 
+/// What a product does with each output value `v` of row `i`, column `j`: store `v (+ bias[j])`
+/// at `c[i·ldc + j]`, or add it there.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Epilogue<'a> {
+    pub accumulate: bool,
+    pub bias: Option<&'a [f32]>,
+}
+
 /// `c[m×n] = a · bᵀ` with a packed weight; row `i` of `a` starts at `a[i·lda]`. The caller
 /// checks the lengths (`a` holds `(m - 1)·lda + k` values, `c` holds `m·n`).
 pub(crate) fn gemm_packed(a: &[f32], lda: usize, m: usize, w: &PackedWeight, c: &mut [f32]) {
+    gemm_packed_into(a, lda, m, w, c, w.n, Epilogue::default());
+}
+
+/// [`gemm_packed`] into rows `ldc` apart (`c[i·ldc + j]`, other values untouched) with an
+/// [`Epilogue`] (bias, accumulation).
+///
+/// Panics when `c` is shorter than `(m - 1)·ldc + n`, `ldc < n`, a bias is not `n` values or
+/// `a` is too short (the writes go through a raw pointer).
+pub(crate) fn gemm_packed_into(
+    a: &[f32],
+    lda: usize,
+    m: usize,
+    w: &PackedWeight,
+    c: &mut [f32],
+    ldc: usize,
+    epilogue: Epilogue,
+) {
     let (n, k) = (w.n, w.k);
-    debug_assert!(m == 0 || a.len() >= (m - 1) * lda + k);
-    debug_assert!(c.len() == m * n);
     if m == 0 || n == 0 {
         return;
     }
-    if k == 0 {
-        c.fill(0.0);
-        return;
-    }
-    debug_assert_eq!(w.nr, path_nr(), "packed for another kernel path");
+    assert!(
+        ldc >= n && c.len() >= (m - 1) * ldc + n,
+        "gemm output too short"
+    );
+    assert!(a.len() >= (m - 1) * lda + k, "gemm input too short");
+    assert!(
+        epilogue.bias.is_none_or(|b| b.len() == n),
+        "gemm bias length"
+    );
+    assert_eq!(w.nr, path_nr(), "packed for another kernel path");
+    let out = OutPtr(c.as_mut_ptr());
     match path() {
         #[cfg(target_arch = "x86_64")]
-        Path::Avx512 => run::<8, 32>(a, lda, w, c, |a, lda, rows, bp, k, c, ldc, cols| {
-            // SAFETY: the path is only chosen on CPUs with AVX-512F; pointers as `tile` documents.
-            unsafe { x86::tile_avx512(a, lda, rows, bp, k, c, ldc, cols) }
-        }),
+        Path::Avx512 => run::<8, 32>(
+            a,
+            lda,
+            m,
+            w,
+            out,
+            ldc,
+            epilogue,
+            |a, lda, rows, bp, k, c, ldc, cols| {
+                // SAFETY: the path is only chosen on CPUs with AVX-512F; pointers as `tile` documents.
+                unsafe { x86::tile_avx512(a, lda, rows, bp, k, c, ldc, cols) }
+            },
+        ),
         #[cfg(target_arch = "x86_64")]
-        Path::Avx2 => run::<6, 16>(a, lda, w, c, |a, lda, rows, bp, k, c, ldc, cols| {
-            // SAFETY: the path is only chosen on CPUs with AVX2 and FMA.
-            unsafe { x86::tile_avx2(a, lda, rows, bp, k, c, ldc, cols) }
-        }),
-        _ => run::<4, 8>(a, lda, w, c, tile_portable::<4, 8>),
+        Path::Avx2 => run::<6, 16>(
+            a,
+            lda,
+            m,
+            w,
+            out,
+            ldc,
+            epilogue,
+            |a, lda, rows, bp, k, c, ldc, cols| {
+                // SAFETY: the path is only chosen on CPUs with AVX2 and FMA.
+                unsafe { x86::tile_avx2(a, lda, rows, bp, k, c, ldc, cols) }
+            },
+        ),
+        _ => run::<4, 8>(a, lda, m, w, out, ldc, epilogue, tile_portable::<4, 8>),
     }
 }
 
 /// An output pointer the team's threads write disjoint ranges of.
 #[derive(Clone, Copy)]
 struct OutPtr(*mut f32);
-// SAFETY: each team thread writes only its own rows' outputs (see `gemv_nt`).
+// SAFETY: each thread writes only its own rows' outputs (see `gemv_nt` and `run`).
 unsafe impl Sync for OutPtr {}
 unsafe impl Send for OutPtr {}
 
@@ -258,30 +305,63 @@ fn dot_portable(w: &[f32], a: &[f32]) -> f32 {
 /// of NR values), into `c[r·ldc + j]` for j < cols (≤ NR).
 type Tile = fn(*const f32, usize, usize, *const f32, usize, *mut f32, usize, usize);
 
+#[allow(clippy::too_many_arguments)]
 fn run<const MR: usize, const NR: usize>(
     a: &[f32],
     lda: usize,
+    m: usize,
     w: &PackedWeight,
-    c: &mut [f32],
+    out: OutPtr,
+    ldc: usize,
+    epilogue: Epilogue,
     tile: Tile,
 ) {
     let (n, k) = (w.n, w.k);
     let panels = n.div_ceil(NR);
     let packed = &w.panels;
-    c.par_chunks_mut(ROWS_PER_TASK * n)
-        .enumerate()
-        .for_each(|(task, c_rows)| {
+    (0..m.div_ceil(ROWS_PER_TASK))
+        .into_par_iter()
+        .for_each(|task| {
             let r0 = task * ROWS_PER_TASK;
-            let rows = c_rows.len() / n;
+            let rows = ROWS_PER_TASK.min(m - r0);
+            // With a bias or accumulation each tile lands here first, then goes through the
+            // epilogue into c.
+            let plain = !epilogue.accumulate && epilogue.bias.is_none();
+            let mut tile_out = vec![0f32; if plain { 0 } else { MR * NR }];
             for p in 0..panels {
                 let cols = NR.min(n - p * NR);
                 let bp = packed[p * k * NR..].as_ptr();
+                let bias = epilogue.bias.map(|b| &b[p * NR..p * NR + cols]);
                 let mut r = 0;
                 while r < rows {
                     let tile_rows = MR.min(rows - r);
                     let ap = a[(r0 + r) * lda..].as_ptr();
-                    let cp = c_rows[r * n + p * NR..].as_mut_ptr();
-                    tile(ap, lda, tile_rows, bp, k, cp, n, cols);
+                    if plain {
+                        // Straight into c: rows r0 + r .. + tile_rows, columns p·NR + cols.
+                        let cp = out.at((r0 + r) * ldc + p * NR);
+                        tile(ap, lda, tile_rows, bp, k, cp, ldc, cols);
+                        r += MR;
+                        continue;
+                    }
+                    tile(ap, lda, tile_rows, bp, k, tile_out.as_mut_ptr(), NR, cols);
+                    for (i, vals) in tile_out.chunks_exact(NR).take(tile_rows).enumerate() {
+                        let dst = out.at((r0 + r + i) * ldc + p * NR);
+                        // SAFETY: row r0 + r + i < m and column p·NR + cols ≤ n ≤ ldc lie in the
+                        // caller's c (checked by `gemm_packed_into`); rows belong to one task.
+                        let dst = unsafe { std::slice::from_raw_parts_mut(dst, cols) };
+                        match (epilogue.accumulate, bias) {
+                            (false, None) => dst.copy_from_slice(&vals[..cols]),
+                            (false, Some(b)) => dst
+                                .iter_mut()
+                                .zip(vals.iter().zip(b))
+                                .for_each(|(d, (&v, &b))| *d = v + b),
+                            (true, None) => dst.iter_mut().zip(vals).for_each(|(d, &v)| *d += v),
+                            (true, Some(b)) => dst
+                                .iter_mut()
+                                .zip(vals.iter().zip(b))
+                                .for_each(|(d, (&v, &b))| *d += v + b),
+                        }
+                    }
                     r += MR;
                 }
             }
@@ -494,7 +574,16 @@ mod tests {
             gemv_nt(&a, m, WeightRef::F32(&b), n, k, &mut g);
             let mut p = vec![f32::NAN; m * n];
             let packed8 = PackedWeight::with_width(WeightRef::F32(&b), n, k, 8);
-            run::<4, 8>(&a, k, &packed8, &mut p, tile_portable::<4, 8>);
+            run::<4, 8>(
+                &a,
+                k,
+                m,
+                &packed8,
+                OutPtr(p.as_mut_ptr()),
+                n,
+                Epilogue::default(),
+                tile_portable::<4, 8>,
+            );
             // The AVX2 tile on every CPU that has it, whichever path the CPU takes.
             #[cfg(target_arch = "x86_64")]
             if Path::all_supported().contains(&Path::Avx2) {
@@ -503,8 +592,11 @@ mod tests {
                 run::<6, 16>(
                     &a,
                     k,
+                    m,
                     &packed16,
-                    &mut q,
+                    OutPtr(q.as_mut_ptr()),
+                    n,
+                    Epilogue::default(),
                     |a, lda, rows, bp, k, c, ldc, cols| unsafe {
                         x86::tile_avx2(a, lda, rows, bp, k, c, ldc, cols)
                     },

@@ -24,7 +24,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 use synaptix_bundle::onnx::OnnxFile;
-use synaptix_kernels_cpu::dense::{exp_f32, gelu_erf_inplace, layer_norm_inplace};
+use synaptix_kernels_cpu::dense::{
+    gelu_erf_inplace, head_of, layer_norm_inplace, linear_f32, softmax_row, tanh_inplace,
+};
 use synaptix_nn::conv::{Conv1d, InputActivation};
 
 use crate::{ModelError, Result};
@@ -193,7 +195,8 @@ impl RelativeAttention {
         })
     }
 
-    /// `x += attention(x)`.
+    /// `x += attention(x)`. Per head: scores `(q/√d)·kᵀ` plus, within ±window, `(q/√d)·emb_k`
+    /// of the offset; softmax; `p·v` plus the band's `p·emb_v`.
     fn add_to(&self, x: &mut [f32], t: usize) -> Result<()> {
         let (q, k, v) = (
             self.q.forward_same(x, t)?,
@@ -201,40 +204,53 @@ impl RelativeAttention {
             self.v.forward_same(x, t)?,
         );
         let (d, hidden, w) = (self.head_dim, self.heads * self.head_dim, self.window);
+        let offsets = 2 * w + 1;
         let scale = 1.0 / (d as f32).sqrt();
+        // emb_v transposed to [d, offsets]: the weight of the band product.
+        let mut emb_vt = vec![0f32; d * offsets];
+        for r in 0..offsets {
+            for c in 0..d {
+                emb_vt[c * offsets + r] = self.emb_v[r * d + c];
+            }
+        }
         let mut out = vec![0f32; t * hidden];
-        let mut scores = vec![0f32; t];
         for h in 0..self.heads {
-            for i in 0..t {
-                let qi: Vec<f32> = q[i * hidden + h * d..i * hidden + (h + 1) * d]
-                    .iter()
-                    .map(|&v| v * scale)
-                    .collect();
-                for (j, s) in scores.iter_mut().enumerate() {
-                    let kj = &k[j * hidden + h * d..j * hidden + (h + 1) * d];
-                    *s = qi.iter().zip(kj).map(|(a, b)| a * b).sum::<f32>();
-                    if i.abs_diff(j) <= w {
-                        let r = j + w - i;
-                        let ek = &self.emb_k[r * d..(r + 1) * d];
-                        *s += qi.iter().zip(ek).map(|(a, b)| a * b).sum::<f32>();
+            let mut qh = head_of(&q, t, hidden, h * d, d);
+            qh.iter_mut().for_each(|v| *v *= scale);
+            let kh = head_of(&k, t, hidden, h * d, d);
+            let mut scores = linear_f32(&qh, t, &kh, t, d, None)?;
+            let near = linear_f32(&qh, t, &self.emb_k, offsets, d, None)?;
+            // Offset r of query i is key i + r - window.
+            let key = |i: usize, r: usize| (i + r).checked_sub(w).filter(|&j| j < t);
+            for (i, row) in scores.chunks_exact_mut(t).enumerate() {
+                for r in 0..offsets {
+                    if let Some(j) = key(i, r) {
+                        row[j] += near[i * offsets + r];
                     }
                 }
-                let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-                let mut sum = 0f32;
-                scores.iter_mut().for_each(|s| {
-                    *s = exp_f32(*s - max);
-                    sum += *s;
-                });
-                let o = &mut out[i * hidden + h * d..i * hidden + (h + 1) * d];
-                for (j, &s) in scores.iter().enumerate() {
-                    let p = s / sum;
-                    let vj = &v[j * hidden + h * d..j * hidden + (h + 1) * d];
-                    o.iter_mut().zip(vj).for_each(|(a, &b)| *a += p * b);
-                    if i.abs_diff(j) <= w {
-                        let r = j + w - i;
-                        let ev = &self.emb_v[r * d..(r + 1) * d];
-                        o.iter_mut().zip(ev).for_each(|(a, &b)| *a += p * b);
+                softmax_row(row);
+            }
+            let mut band = vec![0f32; t * offsets];
+            for i in 0..t {
+                for r in 0..offsets {
+                    if let Some(j) = key(i, r) {
+                        band[i * offsets + r] = scores[i * t + j];
                     }
+                }
+            }
+            let mut vt = vec![0f32; d * t];
+            for (j, row) in v.chunks_exact(hidden).enumerate() {
+                for c in 0..d {
+                    vt[c * t + j] = row[h * d + c];
+                }
+            }
+            let oh = linear_f32(&scores, t, &vt, d, t, None)?;
+            let ob = linear_f32(&band, t, &emb_vt, d, offsets, None)?;
+            for i in 0..t {
+                let dst = &mut out[i * hidden + h * d..i * hidden + (h + 1) * d];
+                let (a, b) = (&oh[i * d..(i + 1) * d], &ob[i * d..(i + 1) * d]);
+                for ((o, &a), &b) in dst.iter_mut().zip(a).zip(b) {
+                    *o = a + b;
                 }
             }
         }
@@ -662,14 +678,16 @@ impl Coupling {
         let hid = self.hidden;
         let mut skip = vec![0f32; t * hid];
         for (i, (gate, res_skip)) in self.layers.iter().enumerate() {
-            let g = gate.forward_same(&h, t)?;
+            // tanh(first half) · sigmoid(second half), sigmoid(b) = (1 + tanh(b/2)) / 2.
+            let mut g = gate.forward_same(&h, t)?;
+            g.chunks_exact_mut(2 * hid)
+                .for_each(|r| r[hid..].iter_mut().for_each(|b| *b *= 0.5));
+            tanh_inplace(&mut g);
             let acts: Vec<f32> = g
                 .chunks_exact(2 * hid)
                 .flat_map(|r| {
                     let (a, b) = r.split_at(hid);
-                    a.iter()
-                        .zip(b)
-                        .map(|(&a, &b)| a.tanh() * (1.0 / (1.0 + (-b).exp())))
+                    a.iter().zip(b).map(|(&a, &b)| a * (0.5 + 0.5 * b))
                 })
                 .collect();
             let rs = res_skip.forward_same(&acts, t)?;
@@ -827,7 +845,9 @@ impl Generator {
             t,
             InputActivation::LeakyRelu(LRELU_SLOPE_FINAL),
         )?;
-        Ok(y.into_iter().map(f32::tanh).collect())
+        let mut y = y;
+        tanh_inplace(&mut y);
+        Ok(y)
     }
 
     fn hop_length(&self) -> usize {
