@@ -8,10 +8,11 @@
 //! new (`usage.prompt_tokens_details.cached_tokens` says how much was reused).
 //!
 //! A sentence-transformers directory (what `synaptix embed` takes) is served instead with
-//! `POST /v1/embeddings` (see [`embeddings`]); each server answers the other kind's endpoints
-//! with a clear 400.
+//! `POST /v1/embeddings` (see [`embeddings`]), and a Piper voice with `POST /v1/audio/speech`
+//! (see [`speech`]); each server answers the other kinds' endpoints with a clear 400.
 
 mod embeddings;
+mod speech;
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -49,10 +50,19 @@ use crate::http::{self, EventStream, HttpError, Request};
     little-endian f32), dimensions (keep the first n values and L2-normalise them again), model\n\
     and user (ignored). Texts are embedded exactly as `synaptix embed` does (cut to the model's\n\
     max_seq_length); token ids are embedded as given (include [CLS] and [SEP] yourself), and\n\
-    more of them than max_seq_length is an error.")]
+    more of them than max_seq_length is an error.\n\n\
+    Speech (a Piper voice, as `synaptix speak` takes): POST /v1/audio/speech. Request fields:\n\
+    input (up to 4096 characters), response_format (wav, the default, or pcm: raw 16-bit\n\
+    little-endian samples), speed (0.25 to 4), voice and model (ignored); synaptix's own:\n\
+    noise_scale, noise_w, length_scale, seed (default 0), sentence_silence. The audio is what\n\
+    `synaptix speak` writes for the same text and options.\n  \
+    synaptix serve piper-en-us-joe-medium --port 8080\n  \
+    curl http://127.0.0.1:8080/v1/audio/speech -H 'Content-Type: application/json' \\\n    \
+    -d '{\"input\": \"Hello there.\", \"voice\": \"joe\"}' -o hello.wav")]
 pub struct ServeArgs {
-    /// GGUF model file, or sentence-transformers directory (embeddings), or the name of a
-    /// fetched model (gemma3-270m, qwen2.5-coder-0.5b, all-minilm-l6-v2)
+    /// GGUF model file, sentence-transformers directory (embeddings), Piper voice (.onnx or its
+    /// directory: speech), or the name of a fetched model (gemma3-270m, qwen2.5-coder-0.5b,
+    /// all-minilm-l6-v2, piper-en-us-joe-medium)
     pub model: PathBuf,
     /// Address to listen on
     #[arg(long, default_value = "127.0.0.1")]
@@ -90,6 +100,9 @@ const MAX_STOPS: usize = 4;
 
 pub fn run(mut a: ServeArgs) -> Result<()> {
     a.model = synaptix_bundle::cache::resolve_model(&a.model.to_string_lossy());
+    if speech::is_voice(&a.model) {
+        return speech::run(a);
+    }
     if embeddings::is_embedding_model(&a.model) {
         return embeddings::run(a);
     }
@@ -206,6 +219,35 @@ enum Task {
     Generation,
     /// `/v1/embeddings`.
     Embedding,
+    /// `/v1/audio/speech`.
+    Speech,
+}
+
+impl Task {
+    /// The endpoints a server for this task answers, for messages.
+    fn endpoints(self) -> &'static str {
+        match self {
+            Task::Generation => "/v1/chat/completions and /v1/completions",
+            Task::Embedding => "/v1/embeddings",
+            Task::Speech => "/v1/audio/speech",
+        }
+    }
+
+    fn answers(self, path: &str) -> bool {
+        match self {
+            Task::Generation => matches!(path, "/v1/chat/completions" | "/v1/completions"),
+            Task::Embedding => path == "/v1/embeddings",
+            Task::Speech => path == "/v1/audio/speech",
+        }
+    }
+
+    fn kind(self) -> &'static str {
+        match self {
+            Task::Generation => "a text-generation model",
+            Task::Embedding => "an embedding model",
+            Task::Speech => "a voice",
+        }
+    }
 }
 
 /// What the connection threads know of the model.
@@ -272,24 +314,32 @@ fn read_connection(
                 "context_length": info.n_ctx,
             }]}),
         ),
-        ("POST", "/v1/chat/completions" | "/v1/completions") if info.task == Task::Embedding => {
+        (
+            "POST",
+            "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/v1/audio/speech",
+        ) if !info.task.answers(&request.path) => {
+            let wanted = [Task::Generation, Task::Embedding, Task::Speech]
+                .into_iter()
+                .find(|t| t.answers(&request.path))
+                .map_or("another model", |t| t.kind());
+            let example = match wanted {
+                "an embedding model" => " (e.g. `synaptix serve all-minilm-l6-v2`)",
+                "a voice" => " (e.g. `synaptix serve piper-en-us-joe-medium`)",
+                _ => " (a GGUF model)",
+            };
             let _ = ApiError::bad(format!(
-                "this server runs an embedding model ({}): it answers POST /v1/embeddings, \
-                 not {} (serve a GGUF text-generation model for that)",
-                info.name, request.path
+                "this server runs {} ({}): it answers {}, not {} (serve {wanted} for that{example})",
+                info.task.kind(),
+                info.name,
+                info.task.endpoints(),
+                request.path
             ))
             .send(&mut conn);
         }
-        ("POST", "/v1/embeddings") if info.task == Task::Generation => {
-            let _ = ApiError::bad(format!(
-                "this server runs a text-generation model ({}): it answers \
-                 /v1/chat/completions and /v1/completions, not /v1/embeddings (serve an \
-                 embedding model for that, e.g. `synaptix serve all-minilm-l6-v2`)",
-                info.name
-            ))
-            .send(&mut conn);
-        }
-        ("POST", "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings") => {
+        (
+            "POST",
+            "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/v1/audio/speech",
+        ) => {
             // The model's thread answers it (it lives as long as the server).
             let _ = jobs.send((request, conn));
         }
@@ -299,7 +349,8 @@ fn read_connection(
             | "/v1/models"
             | "/v1/chat/completions"
             | "/v1/completions"
-            | "/v1/embeddings",
+            | "/v1/embeddings"
+            | "/v1/audio/speech",
         ) => {
             let _ = ApiError {
                 status: 405,

@@ -79,6 +79,36 @@ impl Server {
         (status, body.to_string())
     }
 
+    /// One POST of a JSON body; returns (status, content type, body bytes).
+    fn post_bytes(&self, path: &str, body: &str) -> (u16, String, Vec<u8>) {
+        let mut conn = TcpStream::connect(&self.addr).unwrap();
+        write!(
+            conn,
+            "POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        let mut raw = Vec::new();
+        conn.read_to_end(&mut raw).unwrap();
+        let split = raw
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+            .expect("a response head");
+        let head = String::from_utf8_lossy(&raw[..split]).to_string();
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .expect("a status");
+        let content_type = head
+            .lines()
+            .find_map(|l| l.strip_prefix("Content-Type: "))
+            .unwrap_or("")
+            .to_string();
+        (status, content_type, raw[split + 4..].to_vec())
+    }
+
     fn json(&self, path: &str, body: Value) -> Value {
         let (status, text) = self.request("POST", path, &body.to_string());
         assert_eq!(status, 200, "{path}: {text}");
@@ -659,4 +689,81 @@ fn a_text_generation_server_refuses_embeddings() {
             .is_some_and(|m| m.contains("text-generation model")),
         "{text}"
     );
+}
+
+/// `/v1/audio/speech` on the Piper voice gives the bytes `synaptix speak` writes for the same text
+/// and options (WAV and raw PCM, `speed` as the length scale's divisor), and refuses what it
+/// cannot do; the other endpoints say this server runs a voice.
+#[test]
+fn speech_matches_synaptix_speak() {
+    let voice = cache::models_dir().join("piper-en-us-joe-medium");
+    assert!(
+        voice.exists(),
+        "the voice is missing: run scripts/fetch-models.sh"
+    );
+    let voice = voice.display().to_string();
+    let server = Server::start(&voice);
+    let text = "Good morning. The server speaks too.";
+    let dir = std::env::temp_dir().join(format!("synaptix-serve-speech-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let wav = dir.join("speak.wav").display().to_string();
+    let out = Command::new(env!("CARGO_BIN_EXE_synaptix"))
+        .args(["speak", &voice, text, "-o", &wav, "--seed", "3", "-t", "2"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, kind, body) = server.post_bytes(
+        "/v1/audio/speech",
+        &json!({"model": "tts-1", "voice": "alloy", "input": text, "seed": 3}).to_string(),
+    );
+    assert_eq!((status, kind.as_str()), (200, "audio/wav"));
+    assert_eq!(body, std::fs::read(&wav).unwrap());
+
+    let raw = Command::new(env!("CARGO_BIN_EXE_synaptix"))
+        .args(["speak", &voice, text, "-o", "-", "--length-scale", "0.5"])
+        .args(["--noise-scale", "0", "--noise-w", "0", "-t", "2"])
+        .output()
+        .unwrap();
+    assert!(raw.status.success());
+    let (status, kind, body) = server.post_bytes(
+        "/v1/audio/speech",
+        &json!({"input": text, "response_format": "pcm", "speed": 2.0,
+                "noise_scale": 0, "noise_w": 0})
+        .to_string(),
+    );
+    assert_eq!((status, kind.as_str()), (200, "audio/pcm"));
+    assert_eq!(body, raw.stdout);
+    std::fs::remove_dir_all(&dir).ok();
+
+    for (path, body, expect) in [
+        (
+            "/v1/audio/speech",
+            json!({"input": "Hi.", "response_format": "mp3"}),
+            "wav or pcm",
+        ),
+        ("/v1/audio/speech", json!({"input": ""}), "empty"),
+        (
+            "/v1/audio/speech",
+            json!({"input": "Hi.", "speed": 10}),
+            "speed",
+        ),
+        ("/v1/embeddings", json!({"input": "Hi."}), "a voice"),
+        (
+            "/v1/chat/completions",
+            json!({"messages": []}),
+            "/v1/audio/speech",
+        ),
+    ] {
+        let (status, text) = server.request("POST", path, &body.to_string());
+        assert_eq!(status, 400, "{path}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        let message = v["error"]["message"].as_str().unwrap_or("");
+        assert!(message.contains(expect), "{path}: {message}");
+    }
+    let models = server.request("GET", "/v1/models", "").1;
+    assert!(models.contains("piper-en-us-joe-medium"), "{models}");
 }
