@@ -29,3 +29,17 @@ pub fn resolve(arg: &str) -> Result<(Device, Option<String>)> {
     }
     Ok((device, None))
 }
+
+/// Checks `--device` for a model that runs on the CPU only (`what` names it in the message):
+/// `auto` and `cpu` pass, `cuda` and `cuda:N` are an error saying so, anything else is the
+/// parse error.
+pub fn require_cpu(arg: &str, what: &str) -> Result<()> {
+    match arg {
+        "auto" | "cpu" => Ok(()),
+        other => match other.parse::<Device>() {
+            Ok(Device::Cuda(_)) => bail!("--device {other}: {what} on the CPU only for now"),
+            Ok(_) => Ok(()),
+            Err(e) => bail!("--device {other}: {e}"),
+        },
+    }
+}

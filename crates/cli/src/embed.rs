@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use synaptix_core::Device;
 use synaptix_models::bert::{cosine, BertEmbedder};
 use synaptix_tokenizer::Tokenizer;
 
@@ -50,14 +49,7 @@ pub struct EmbedArgs {
 }
 
 pub fn run(a: EmbedArgs) -> Result<()> {
-    match a.device.as_str() {
-        "auto" | "cpu" => {}
-        other => match other.parse::<Device>() {
-            Ok(Device::Cuda(_)) => bail!("--device {other}: embed runs on the CPU only for now"),
-            Ok(_) => {}
-            Err(e) => bail!("--device {other}: {e}"),
-        },
-    }
+    crate::device::require_cpu(&a.device, "embed runs")?;
     let mut texts = a.texts.clone();
     if let Some(path) = &a.file {
         let content = if path.as_os_str() == "-" {

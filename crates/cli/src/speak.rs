@@ -6,7 +6,6 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use synaptix_core::Device;
 use synaptix_infer::speak::{speak, SpeakOptions, SpokenSentence};
 use synaptix_models::vits::{Scales, VitsVoice};
 use synaptix_tokenizer::PiperPhonemizer;
@@ -83,14 +82,7 @@ fn check_scale(name: &str, v: f32, min: f32, max: f32) -> Result<f32> {
 }
 
 pub fn run(a: SpeakArgs) -> Result<()> {
-    match a.device.as_str() {
-        "auto" | "cpu" => {}
-        other => match other.parse::<Device>() {
-            Ok(Device::Cuda(_)) => bail!("--device {other}: speak runs on the CPU only for now"),
-            Ok(_) => {}
-            Err(e) => bail!("--device {other}: {e}"),
-        },
-    }
+    crate::device::require_cpu(&a.device, "speak runs")?;
     let sentence_silence = check_scale("sentence-silence", a.sentence_silence, 0.0, 60.0)?;
     let volume = check_scale("volume", a.volume, 0.0, 100.0)?;
     if a.json && a.output.as_os_str() == "-" {

@@ -4,9 +4,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
-use synaptix_core::Device;
 use synaptix_infer::transcribe::{transcribe, TranscribeEvent, TranscribeOptions};
 use synaptix_models::whisper::{Whisper, WhisperFiles, WhisperTokens};
 use synaptix_tokenizer::Tokenizer;
@@ -69,16 +68,7 @@ pub struct TranscribeArgs {
 }
 
 pub fn run(a: TranscribeArgs) -> Result<()> {
-    match a.device.as_str() {
-        "auto" | "cpu" => {}
-        other => match other.parse::<Device>() {
-            Ok(Device::Cuda(_)) => {
-                bail!("--device {other}: transcribe runs on the CPU only for now")
-            }
-            Ok(_) => {}
-            Err(e) => bail!("--device {other}: {e}"),
-        },
-    }
+    crate::device::require_cpu(&a.device, "transcribe runs")?;
     let model_arg = synaptix_bundle::cache::resolve_model(&a.model.to_string_lossy());
     let threads = crate::threads::init(a.threads)?;
     let t0 = Instant::now();

@@ -12,7 +12,6 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Map, Value};
-use synaptix_core::Device;
 use synaptix_models::bert::{l2_normalize, BertEmbedder};
 use synaptix_tokenizer::Tokenizer;
 
@@ -31,16 +30,7 @@ pub(super) fn is_embedding_model(path: &Path) -> bool {
 }
 
 pub(super) fn run(a: ServeArgs) -> Result<()> {
-    match a.device.as_str() {
-        "auto" | "cpu" => {}
-        other => match other.parse::<Device>() {
-            Ok(Device::Cuda(_)) => {
-                bail!("--device {other}: embedding models run on the CPU only for now")
-            }
-            Ok(_) => {}
-            Err(e) => bail!("--device {other}: {e}"),
-        },
-    }
+    crate::device::require_cpu(&a.device, "embedding models run")?;
     if a.chat_template.is_some() {
         bail!(
             "--chat-template: {} is an embedding model",

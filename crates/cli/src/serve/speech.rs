@@ -15,7 +15,6 @@ use std::path::Path;
 
 use anyhow::{bail, Result};
 use serde_json::Value;
-use synaptix_core::Device;
 use synaptix_infer::speak::{speak, SpeakOptions};
 use synaptix_models::vits::{Scales, VitsVoice};
 use synaptix_tokenizer::PiperPhonemizer;
@@ -38,14 +37,7 @@ pub(super) fn is_voice(path: &Path) -> bool {
 }
 
 pub(super) fn run(a: ServeArgs) -> Result<()> {
-    match a.device.as_str() {
-        "auto" | "cpu" => {}
-        other => match other.parse::<Device>() {
-            Ok(Device::Cuda(_)) => bail!("--device {other}: voices run on the CPU only for now"),
-            Ok(_) => {}
-            Err(e) => bail!("--device {other}: {e}"),
-        },
-    }
+    crate::device::require_cpu(&a.device, "voices run")?;
     if a.chat_template.is_some() {
         bail!("--chat-template: {} is a voice", a.model.display());
     }
