@@ -6,10 +6,11 @@
 //! transposed one) except where a function says otherwise. Shapes are checked; mismatches are
 //! [`Error::ShapeMismatch`].
 
+use std::ops::Range;
+
 use rayon::prelude::*;
 use synaptix_core::{Error, Result};
 
-use crate::dense::linear;
 use crate::gemm::{gemm_packed_into, Epilogue, PackedWeight, WeightRef};
 
 fn mismatch(op: &'static str, detail: String) -> Error {
@@ -214,7 +215,8 @@ fn product_inputs(
     geometry: ConvGeometry,
     t_out: usize,
     act: InputActivation,
-) -> Vec<(Vec<f32>, usize)> {
+    buf: &mut Vec<f32>,
+) -> Vec<(Range<usize>, usize)> {
     let ConvGeometry {
         kernel,
         stride,
@@ -222,46 +224,78 @@ fn product_inputs(
         pad_left,
         pad_right,
     } = geometry;
+    buf.clear();
     if stride != 1 {
         let cols = c_in * kernel;
-        let mut unrolled = vec![0f32; t_out * cols];
-        unrolled
-            .par_chunks_mut(cols)
-            .enumerate()
-            .for_each(|(t, row)| {
-                for (j, tap) in row.chunks_exact_mut(c_in).enumerate() {
-                    if let Some(s) = geometry.input_step(t, j, t_in) {
-                        act.copy(tap, &x[s * c_in..(s + 1) * c_in]);
-                    }
+        buf.resize(t_out * cols, 0f32);
+        buf.par_chunks_mut(cols).enumerate().for_each(|(t, row)| {
+            for (j, tap) in row.chunks_exact_mut(c_in).enumerate() {
+                if let Some(s) = geometry.input_step(t, j, t_in) {
+                    act.copy(tap, &x[s * c_in..(s + 1) * c_in]);
                 }
-            });
-        return vec![(unrolled, t_out)];
+            }
+        });
+        return vec![(0..buf.len(), t_out)];
     }
     let padded_len = t_in + pad_left + pad_right;
-    (0..dilation)
-        .map(|phase| {
+    let phases: Vec<(Range<usize>, usize)> = (0..dilation)
+        .scan(0, |start, phase| {
             let rows = (padded_len - phase).div_ceil(dilation);
             let outs = t_out.saturating_sub(phase).div_ceil(dilation);
-            let mut a = vec![0f32; rows * c_in];
-            a.par_chunks_mut(c_in * ROWS_PER_TASK)
-                .enumerate()
-                .for_each(|(task, chunk)| {
-                    for (r, row) in chunk.chunks_exact_mut(c_in).enumerate() {
-                        let p = phase + (task * ROWS_PER_TASK + r) * dilation;
-                        if let Some(src) = p.checked_sub(pad_left).filter(|&q| q < t_in) {
-                            act.copy(row, &x[src * c_in..(src + 1) * c_in]);
-                        }
-                    }
-                });
-            (a, outs)
+            let range = *start..*start + rows * c_in;
+            *start = range.end;
+            Some((range, outs))
         })
-        .collect()
+        .collect();
+    buf.resize(phases.last().map_or(0, |(r, _)| r.end), 0f32);
+    // One parallel pass over every phase's rows (a pass per phase would wake the pool `d`
+    // times): buffer row `g` is row `g - first` of the phase whose rows start at `first`.
+    let firsts: Vec<usize> = phases.iter().map(|(r, _)| r.start / c_in).collect();
+    buf.par_chunks_mut(c_in * ROWS_PER_TASK)
+        .enumerate()
+        .for_each(|(task, chunk)| {
+            for (r, row) in chunk.chunks_exact_mut(c_in).enumerate() {
+                let g = task * ROWS_PER_TASK + r;
+                let phase = firsts.partition_point(|&f| f <= g) - 1;
+                let p = phase + (g - firsts[phase]) * dilation;
+                if let Some(src) = p.checked_sub(pad_left).filter(|&q| q < t_in) {
+                    act.copy(row, &x[src * c_in..(src + 1) * c_in]);
+                }
+            }
+        });
+    phases
+}
+
+thread_local! {
+    /// The phase copies of the last convolution run on this thread, kept for the next: a voice
+    /// runs hundreds of convolutions per sentence, and fresh buffers each time cost page faults.
+    static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `product_inputs` into this thread's scratch buffer, then `products_into`.
+#[allow(clippy::too_many_arguments)]
+fn convolve(
+    x: &[f32],
+    t_in: usize,
+    w: &ConvWeight,
+    bias: Option<&[f32]>,
+    geometry: ConvGeometry,
+    t_out: usize,
+    act: InputActivation,
+    out: &mut [f32],
+    accumulate: bool,
+) {
+    let mut buf = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    let phases = product_inputs(x, t_in, w.c_in, geometry, t_out, act, &mut buf);
+    products_into(&buf, &phases, w, bias, geometry, out, accumulate);
+    SCRATCH.with(|s| *s.borrow_mut() = buf);
 }
 
 /// Runs the products of [`product_inputs`] and stores (or with `accumulate` adds) each output
 /// row plus the bias into `out: [t_out, c_out]`.
 fn products_into(
-    inputs: &[(Vec<f32>, usize)],
+    buf: &[f32],
+    inputs: &[(Range<usize>, usize)],
     w: &ConvWeight,
     bias: Option<&[f32]>,
     geometry: ConvGeometry,
@@ -280,10 +314,11 @@ fn products_into(
     } else {
         c_in * w.kernel
     };
-    for (phase, (a, outs)) in inputs.iter().enumerate() {
+    for (phase, (range, outs)) in inputs.iter().enumerate() {
         if *outs == 0 {
             continue;
         }
+        let a = &buf[range.clone()];
         // Phase outputs are rows phase, phase + step, ...: `step` rows apart in `out`.
         gemm_packed_into(
             a,
@@ -349,8 +384,7 @@ pub fn conv1d_into(
             format!("out has {} values, expected {t_out}×{}", out.len(), w.c_out),
         ));
     }
-    let inputs = product_inputs(x, t_in, w.c_in, geometry, t_out, act);
-    products_into(&inputs, w, bias, geometry, out, accumulate);
+    convolve(x, t_in, w, bias, geometry, t_out, act, out, accumulate);
     Ok(t_out)
 }
 
@@ -375,8 +409,10 @@ pub fn conv1d_residual(
         ));
     }
     // The products read their own copies of the input, so the output may overwrite it.
-    let inputs = product_inputs(x, t, w.c_in, geometry, t_out, act);
-    products_into(&inputs, w, bias, geometry, x, true);
+    let mut buf = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+    let phases = product_inputs(x, t, w.c_in, geometry, t_out, act, &mut buf);
+    products_into(&buf, &phases, w, bias, geometry, x, true);
+    SCRATCH.with(|s| *s.borrow_mut() = buf);
     Ok(())
 }
 
@@ -444,35 +480,54 @@ pub fn depthwise_conv1d(
 }
 
 /// A transposed convolution's weight `[c_in, c_out, kernel]` (PyTorch's `ConvTranspose1d`
-/// layout) rearranged to `[kernel, c_out, c_in]`: row `j·c_out + o` holds the inputs' weights of
-/// output channel `o` at tap `j`, the layout [`conv_transpose1d`] multiplies by.
-pub fn transposed_conv_weight(w: &[f32], c_in: usize, c_out: usize, kernel: usize) -> Vec<f32> {
-    let mut out = vec![0f32; w.len()];
-    for i in 0..c_in {
-        for o in 0..c_out {
-            for j in 0..kernel {
-                out[(j * c_out + o) * c_in + i] = w[(i * c_out + o) * kernel + j];
-            }
-        }
-    }
-    out
+/// layout) rearranged to `[kernel, c_out, c_in]` (row `j·c_out + o` holds the inputs' weights
+/// of output channel `o` at tap `j`) and packed once for the product [`conv_transpose1d`] runs.
+#[derive(Debug, Clone)]
+pub struct TransposedConvWeight {
+    packed: PackedWeight,
+    c_in: usize,
+    c_out: usize,
+    kernel: usize,
 }
 
-/// Transposed convolution (upsampling by `stride`): `x: [t_in, c_in]`, `w` from
-/// [`transposed_conv_weight`] (`[kernel, c_out, c_in]`) (+ bias) → `([t_out, c_out], t_out)`
-/// with `t_out = (t_in - 1)·stride + kernel - pad_left - pad_right`. Input step `t`'s tap `j`
-/// lands on output step `t·stride + j - pad_left`: one product `P = x · wᵀ` gives every tap's
+impl TransposedConvWeight {
+    pub fn new(w: &[f32], c_in: usize, c_out: usize, kernel: usize) -> Result<Self> {
+        if kernel == 0 || w.len() != c_in * c_out * kernel {
+            return Err(mismatch(
+                "conv_transpose1d weight",
+                format!("{} values, expected {c_in}×{c_out}×{kernel}", w.len()),
+            ));
+        }
+        let mut rows = vec![0f32; w.len()];
+        for i in 0..c_in {
+            for o in 0..c_out {
+                for j in 0..kernel {
+                    rows[(j * c_out + o) * c_in + i] = w[(i * c_out + o) * kernel + j];
+                }
+            }
+        }
+        Ok(TransposedConvWeight {
+            packed: PackedWeight::new(WeightRef::F32(&rows), kernel * c_out, c_in),
+            c_in,
+            c_out,
+            kernel,
+        })
+    }
+}
+
+/// Transposed convolution (upsampling by `stride`): `x: [t_in, c_in]` (+ bias) → `([t_out,
+/// c_out], t_out)` with `t_out = (t_in - 1)·stride + kernel - pad_left - pad_right`. Input step
+/// `t`'s tap `j` lands on output step `t·stride + j - pad_left`: one product gives every tap's
 /// contribution `P[t][j][o]`, then each output row sums the taps that land on it.
 pub fn conv_transpose1d(
     x: &[f32],
     t_in: usize,
-    c_in: usize,
-    w: &[f32],
-    c_out: usize,
+    w: &TransposedConvWeight,
     bias: Option<&[f32]>,
     geometry: ConvGeometry,
 ) -> Result<(Vec<f32>, usize)> {
     const OP: &str = "conv_transpose1d";
+    let (c_in, c_out) = (w.c_in, w.c_out);
     let ConvGeometry {
         kernel,
         stride,
@@ -486,7 +541,7 @@ pub fn conv_transpose1d(
         .and_then(|t| t.checked_add(kernel));
     let t_out = full.and_then(|f| f.checked_sub(pad_left + pad_right));
     let t_out = match t_out {
-        Some(t) if dilation == 1 && stride > 0 && kernel > 0 && t > 0 => t,
+        Some(t) if dilation == 1 && stride > 0 && kernel == w.kernel && t > 0 => t,
         _ => {
             return Err(mismatch(
                 OP,
@@ -494,21 +549,26 @@ pub fn conv_transpose1d(
             ))
         }
     };
-    if x.len() != t_in * c_in || w.len() != kernel * c_out * c_in {
+    if x.len() != t_in * c_in {
         return Err(mismatch(
             OP,
-            format!(
-                "x has {} values for {t_in}×{c_in}, weight {} for {c_in}×{c_out}×{kernel}",
-                x.len(),
-                w.len()
-            ),
+            format!("x has {} values for {t_in}×{c_in}", x.len()),
         ));
     }
     if bias.is_some_and(|b| b.len() != c_out) {
         return Err(mismatch(OP, format!("bias is not {c_out} values")));
     }
     // [t_in, kernel·c_out]: tap j of input step t for output channel o at [t][j·c_out + o].
-    let taps = linear(x, t_in, WeightRef::F32(w), kernel * c_out, c_in, None)?;
+    let mut taps = vec![0f32; t_in * kernel * c_out];
+    gemm_packed_into(
+        x,
+        c_in,
+        t_in,
+        &w.packed,
+        &mut taps,
+        kernel * c_out,
+        Epilogue::default(),
+    );
     let mut y = vec![0f32; t_out * c_out];
     y.par_chunks_mut(c_out * ROWS_PER_TASK)
         .enumerate()
@@ -690,8 +750,8 @@ mod tests {
                 pad_left: pad,
                 pad_right: pad,
             };
-            let packed = transposed_conv_weight(&w, c_in, c_out, kernel);
-            let (y, t_out) = conv_transpose1d(&x, t_in, c_in, &packed, c_out, Some(&b), g).unwrap();
+            let packed = TransposedConvWeight::new(&w, c_in, c_out, kernel).unwrap();
+            let (y, t_out) = conv_transpose1d(&x, t_in, &packed, Some(&b), g).unwrap();
             assert_eq!(t_out, (t_in - 1) * stride + kernel - 2 * pad);
             // Scatter definition: out[t·stride + j - pad][o] += x[t][i] · w[i][o][j].
             let mut want = vec![0f32; t_out * c_out];
@@ -734,7 +794,10 @@ mod tests {
             stride: 2,
             ..g
         };
-        assert!(conv_transpose1d(&x, 8, 1, &w[..4], 1, None, gt).is_err());
-        assert!(conv_transpose1d(&[], 0, 1, &w, 1, None, gt).is_err());
+        assert!(TransposedConvWeight::new(&w[..4], 1, 1, 5).is_err());
+        let tw = TransposedConvWeight::new(&w, 1, 1, 5).unwrap();
+        assert!(conv_transpose1d(&x[..7], 8, &tw, None, gt).is_err());
+        assert!(conv_transpose1d(&[], 0, &tw, None, gt).is_err());
+        assert!(conv_transpose1d(&x, 8, &tw, Some(&[1.0, 2.0]), gt).is_err());
     }
 }

@@ -7,8 +7,8 @@
 use synaptix_bundle::onnx::{AttrValue, Node, OnnxFile};
 pub use synaptix_kernels_cpu::conv::InputActivation;
 use synaptix_kernels_cpu::conv::{
-    conv1d_into, conv1d_residual, conv_transpose1d, depthwise_conv1d, transposed_conv_weight,
-    ConvGeometry, ConvWeight,
+    conv1d_into, conv1d_residual, conv_transpose1d, depthwise_conv1d, ConvGeometry, ConvWeight,
+    TransposedConvWeight,
 };
 
 use crate::{NnError, Result};
@@ -19,8 +19,8 @@ enum ConvKind {
     Dense(ConvWeight),
     /// `[c_out, 1, kernel]` as stored.
     Depthwise(Vec<f32>),
-    /// `[kernel, c_out, c_in]` (`transposed_conv_weight`).
-    Transposed(Vec<f32>),
+    /// Packed for the products.
+    Transposed(TransposedConvWeight),
 }
 
 /// A convolution layer: `[t_in, c_in]` → `[t_out, c_out]`.
@@ -156,7 +156,7 @@ impl Conv1d {
                     format!("node '{}': grouped or dilated ConvTranspose", node.name),
                 ));
             }
-            let w = transposed_conv_weight(&raw, d0, d1, kernel);
+            let w = TransposedConvWeight::new(&raw, d0, d1, kernel)?;
             (ConvKind::Transposed(w), d0, d1)
         } else if groups == 1 {
             (
@@ -234,7 +234,7 @@ impl Conv1d {
                 (y, t_out)
             }
             ConvKind::Depthwise(w) => depthwise_conv1d(x, t_in, self.c_in, w, b, g)?,
-            ConvKind::Transposed(w) => conv_transpose1d(x, t_in, self.c_in, w, self.c_out, b, g)?,
+            ConvKind::Transposed(w) => conv_transpose1d(x, t_in, w, b, g)?,
         })
     }
 
