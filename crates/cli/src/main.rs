@@ -47,7 +47,7 @@ enum Command {
     Run(run::RunArgs),
     /// Talk with a model: multi-turn, its chat template, the KV cache reused across turns
     Chat(chat::ChatArgs),
-    /// Show a model file's metadata and tensor table (GGUF, CTranslate2, safetensors)
+    /// Show a model file's metadata and tensor table (GGUF, CTranslate2, safetensors, ONNX)
     Inspect(inspect::InspectArgs),
     /// Show how a model's tokenizer splits a text
     Tokenize(tokenize::TokenizeArgs),
@@ -55,7 +55,7 @@ enum Command {
     Bench(bench::BenchArgs),
     /// List the compute devices and the kernel paths synaptix will use
     Devices(devices::DevicesArgs),
-    /// Serve a model over HTTP with OpenAI's API (chat and text completions, streaming; embeddings)
+    /// Serve a model over HTTP with OpenAI's API (chat and text completions, streaming; embeddings; speech)
     Serve(serve::ServeArgs),
     /// Convert a GGUF file's weight matrices to another type (q8_0, q4_0, f16, ...)
     Quantize(quantize::QuantizeArgs),
