@@ -480,45 +480,90 @@ pub fn depthwise_conv1d(
 }
 
 /// A transposed convolution's weight `[c_in, c_out, kernel]` (PyTorch's `ConvTranspose1d`
-/// layout) rearranged to `[kernel, c_out, c_in]` (row `j·c_out + o` holds the inputs' weights
-/// of output channel `o` at tap `j`) and packed once for the product [`conv_transpose1d`] runs.
+/// layout), packed once for [`conv_transpose1d`] with a given stride.
+///
+/// When the stride divides the kernel, the upsampling is `stride` ordinary convolutions of
+/// `kernel / stride` taps over the input, one per output phase: output `u` with `u + pad_left =
+/// q·stride + r` sums input steps `q - m` through taps `r + m·stride` (`m < kernel / stride`),
+/// i.e. phase `r` reads `kernel / stride` consecutive rows of the input padded with
+/// `kernel / stride - 1` zero rows in front, and its outputs lie `stride` rows apart. Otherwise one
+/// product gives every tap's contribution and each output row sums the taps that land on it.
 #[derive(Debug, Clone)]
 pub struct TransposedConvWeight {
-    packed: PackedWeight,
+    kind: TransposedKind,
     c_in: usize,
     c_out: usize,
     kernel: usize,
+    stride: usize,
+}
+
+#[derive(Debug, Clone)]
+enum TransposedKind {
+    /// Per output phase `r`: `[c_out, kernel / stride, c_in]`, tap `m'` holding kernel tap
+    /// `r + (kernel / stride - 1 - m')·stride`.
+    Phases(Vec<PackedWeight>),
+    /// `[kernel, c_out, c_in]`: row `j·c_out + o` holds output channel `o`'s weights at tap `j`.
+    Taps(PackedWeight),
 }
 
 impl TransposedConvWeight {
-    pub fn new(w: &[f32], c_in: usize, c_out: usize, kernel: usize) -> Result<Self> {
-        if kernel == 0 || w.len() != c_in * c_out * kernel {
+    pub fn new(w: &[f32], c_in: usize, c_out: usize, kernel: usize, stride: usize) -> Result<Self> {
+        if kernel == 0 || stride == 0 || w.len() != c_in * c_out * kernel {
             return Err(mismatch(
                 "conv_transpose1d weight",
-                format!("{} values, expected {c_in}×{c_out}×{kernel}", w.len()),
+                format!(
+                    "{} values, expected {c_in}×{c_out}×{kernel} (stride {stride})",
+                    w.len()
+                ),
             ));
         }
-        let mut rows = vec![0f32; w.len()];
-        for i in 0..c_in {
-            for o in 0..c_out {
-                for j in 0..kernel {
-                    rows[(j * c_out + o) * c_in + i] = w[(i * c_out + o) * kernel + j];
+        let at = |i: usize, o: usize, j: usize| w[(i * c_out + o) * kernel + j];
+        let kind = if kernel.is_multiple_of(stride) {
+            let taps = kernel / stride;
+            let phases = (0..stride)
+                .map(|r| {
+                    let mut rows = vec![0f32; c_out * taps * c_in];
+                    for o in 0..c_out {
+                        for m in 0..taps {
+                            let j = r + (taps - 1 - m) * stride;
+                            for i in 0..c_in {
+                                rows[(o * taps + m) * c_in + i] = at(i, o, j);
+                            }
+                        }
+                    }
+                    PackedWeight::new(WeightRef::F32(&rows), c_out, taps * c_in)
+                })
+                .collect();
+            TransposedKind::Phases(phases)
+        } else {
+            let mut rows = vec![0f32; w.len()];
+            for i in 0..c_in {
+                for o in 0..c_out {
+                    for j in 0..kernel {
+                        rows[(j * c_out + o) * c_in + i] = at(i, o, j);
+                    }
                 }
             }
-        }
+            TransposedKind::Taps(PackedWeight::new(
+                WeightRef::F32(&rows),
+                kernel * c_out,
+                c_in,
+            ))
+        };
         Ok(TransposedConvWeight {
-            packed: PackedWeight::new(WeightRef::F32(&rows), kernel * c_out, c_in),
+            kind,
             c_in,
             c_out,
             kernel,
+            stride,
         })
     }
 }
 
 /// Transposed convolution (upsampling by `stride`): `x: [t_in, c_in]` (+ bias) → `([t_out,
-/// c_out], t_out)` with `t_out = (t_in - 1)·stride + kernel - pad_left - pad_right`. Input step
-/// `t`'s tap `j` lands on output step `t·stride + j - pad_left`: one product gives every tap's
-/// contribution `P[t][j][o]`, then each output row sums the taps that land on it.
+/// c_out], t_out)` with `t_out = (t_in - 1)·stride + kernel - pad_left - pad_right`: input step
+/// `t`'s tap `j` lands on output step `t·stride + j - pad_left` (see [`TransposedConvWeight`]
+/// for how it is computed).
 pub fn conv_transpose1d(
     x: &[f32],
     t_in: usize,
@@ -541,11 +586,15 @@ pub fn conv_transpose1d(
         .and_then(|t| t.checked_add(kernel));
     let t_out = full.and_then(|f| f.checked_sub(pad_left + pad_right));
     let t_out = match t_out {
-        Some(t) if dilation == 1 && stride > 0 && kernel == w.kernel && t > 0 => t,
+        Some(t) if dilation == 1 && stride == w.stride && kernel == w.kernel && t > 0 => t,
         _ => {
             return Err(mismatch(
                 OP,
-                format!("{t_in} input steps do not fit {geometry:?} (dilation must be 1)"),
+                format!(
+                    "{t_in} input steps do not fit {geometry:?} (dilation must be 1; the weight \
+                     is for kernel {} and stride {})",
+                    w.kernel, w.stride
+                ),
             ))
         }
     };
@@ -558,36 +607,74 @@ pub fn conv_transpose1d(
     if bias.is_some_and(|b| b.len() != c_out) {
         return Err(mismatch(OP, format!("bias is not {c_out} values")));
     }
-    // [t_in, kernel·c_out]: tap j of input step t for output channel o at [t][j·c_out + o].
-    let mut taps = vec![0f32; t_in * kernel * c_out];
-    gemm_packed_into(
-        x,
-        c_in,
-        t_in,
-        &w.packed,
-        &mut taps,
-        kernel * c_out,
-        Epilogue::default(),
-    );
     let mut y = vec![0f32; t_out * c_out];
-    y.par_chunks_mut(c_out * ROWS_PER_TASK)
-        .enumerate()
-        .for_each(|(task, rows)| {
-            for (r, row) in rows.chunks_exact_mut(c_out).enumerate() {
-                if let Some(b) = bias {
-                    row.copy_from_slice(b);
+    match &w.kind {
+        TransposedKind::Phases(phases) => {
+            let taps = kernel / stride;
+            // Input rows behind `taps - 1` zero rows, zeros after as far as any phase reads.
+            let last_q = (t_out - 1 + pad_left) / stride;
+            let rows = (last_q + taps).max(taps - 1 + t_in);
+            let mut padded = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
+            padded.clear();
+            padded.resize(rows * c_in, 0f32);
+            padded[(taps - 1) * c_in..(taps - 1 + t_in) * c_in].copy_from_slice(x);
+            for (r, packed) in phases.iter().enumerate() {
+                // Outputs u = q·stride + r - pad_left for q from q_first while u < t_out.
+                let q_first = pad_left.saturating_sub(r).div_ceil(stride);
+                let Some(q_last) = (t_out - 1 + pad_left).checked_sub(r).map(|v| v / stride) else {
+                    continue;
+                };
+                if q_last < q_first {
+                    continue;
                 }
-                // Input steps t with u + pad_left = t·stride + j for some tap j in [0, kernel).
-                let at = task * ROWS_PER_TASK + r + pad_left;
-                let t_first = (at + 1).saturating_sub(kernel).div_ceil(stride);
-                let t_last = (at / stride).min(t_in - 1);
-                for t in t_first..=t_last {
-                    let j = at - t * stride;
-                    let src = &taps[(t * kernel + j) * c_out..(t * kernel + j + 1) * c_out];
-                    row.iter_mut().zip(src).for_each(|(o, &v)| *o += v);
-                }
+                let u_first = q_first * stride + r - pad_left;
+                gemm_packed_into(
+                    &padded[q_first * c_in..],
+                    c_in,
+                    q_last - q_first + 1,
+                    packed,
+                    &mut y[u_first * c_out..],
+                    stride * c_out,
+                    Epilogue {
+                        accumulate: false,
+                        bias,
+                    },
+                );
             }
-        });
+            SCRATCH.with(|s| *s.borrow_mut() = padded);
+        }
+        TransposedKind::Taps(packed) => {
+            // [t_in, kernel·c_out]: tap j of input step t for output channel o at [t][j·c_out + o].
+            let mut taps = vec![0f32; t_in * kernel * c_out];
+            gemm_packed_into(
+                x,
+                c_in,
+                t_in,
+                packed,
+                &mut taps,
+                kernel * c_out,
+                Epilogue::default(),
+            );
+            y.par_chunks_mut(c_out * ROWS_PER_TASK)
+                .enumerate()
+                .for_each(|(task, rows)| {
+                    for (r, row) in rows.chunks_exact_mut(c_out).enumerate() {
+                        if let Some(b) = bias {
+                            row.copy_from_slice(b);
+                        }
+                        // Input steps t with u + pad_left = t·stride + j, j in [0, kernel).
+                        let at = task * ROWS_PER_TASK + r + pad_left;
+                        let t_first = (at + 1).saturating_sub(kernel).div_ceil(stride);
+                        let t_last = (at / stride).min(t_in - 1);
+                        for t in t_first..=t_last {
+                            let j = at - t * stride;
+                            let src = &taps[(t * kernel + j) * c_out..(t * kernel + j + 1) * c_out];
+                            row.iter_mut().zip(src).for_each(|(o, &v)| *o += v);
+                        }
+                    }
+                });
+        }
+    }
     Ok((y, t_out))
 }
 
@@ -737,9 +824,15 @@ mod tests {
 
     #[test]
     fn transposed_conv_matches_the_definition() {
-        for &(t_in, c_in, c_out, kernel, stride, pad) in
-            &[(11, 6, 4, 16, 8, 4), (7, 3, 5, 8, 4, 2), (5, 2, 2, 3, 1, 0)]
-        {
+        // Strides that divide the kernel (per-phase products), and 5 / 2 (taps then overlap-add).
+        for &(t_in, c_in, c_out, kernel, stride, pad) in &[
+            (11, 6, 4, 16, 8, 4),
+            (7, 3, 5, 8, 4, 2),
+            (5, 2, 2, 3, 1, 0),
+            (9, 3, 4, 5, 2, 1),
+            (1, 2, 3, 16, 8, 4),
+            (6, 2, 3, 6, 3, 0),
+        ] {
             let w = ramp(c_in * c_out * kernel, 0.3);
             let x = ramp(t_in * c_in, 1.0);
             let b = ramp(c_out, 0.1);
@@ -750,7 +843,7 @@ mod tests {
                 pad_left: pad,
                 pad_right: pad,
             };
-            let packed = TransposedConvWeight::new(&w, c_in, c_out, kernel).unwrap();
+            let packed = TransposedConvWeight::new(&w, c_in, c_out, kernel, stride).unwrap();
             let (y, t_out) = conv_transpose1d(&x, t_in, &packed, Some(&b), g).unwrap();
             assert_eq!(t_out, (t_in - 1) * stride + kernel - 2 * pad);
             // Scatter definition: out[t·stride + j - pad][o] += x[t][i] · w[i][o][j].
@@ -794,8 +887,9 @@ mod tests {
             stride: 2,
             ..g
         };
-        assert!(TransposedConvWeight::new(&w[..4], 1, 1, 5).is_err());
-        let tw = TransposedConvWeight::new(&w, 1, 1, 5).unwrap();
+        assert!(TransposedConvWeight::new(&w[..4], 1, 1, 5, 2).is_err());
+        let tw = TransposedConvWeight::new(&w, 1, 1, 5, 2).unwrap();
+        assert!(conv_transpose1d(&x, 8, &tw, None, ConvGeometry { stride: 3, ..gt }).is_err());
         assert!(conv_transpose1d(&x[..7], 8, &tw, None, gt).is_err());
         assert!(conv_transpose1d(&[], 0, &tw, None, gt).is_err());
         assert!(conv_transpose1d(&x, 8, &tw, Some(&[1.0, 2.0]), gt).is_err());

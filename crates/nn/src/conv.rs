@@ -156,7 +156,7 @@ impl Conv1d {
                     format!("node '{}': grouped or dilated ConvTranspose", node.name),
                 ));
             }
-            let w = TransposedConvWeight::new(&raw, d0, d1, kernel)?;
+            let w = TransposedConvWeight::new(&raw, d0, d1, kernel, geometry.stride)?;
             (ConvKind::Transposed(w), d0, d1)
         } else if groups == 1 {
             (
