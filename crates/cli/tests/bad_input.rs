@@ -1,55 +1,13 @@
 //! Bad input never panics: every case below exits non-zero with one line on stderr that starts
 //! with `error:` and says what is wrong.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 
 use synaptix_bundle::gguf::{GgufWriter, Value};
 use synaptix_core::DType;
 
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("synaptix-cli-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-    fn file(&self, name: &str, bytes: &[u8]) -> PathBuf {
-        let p = self.0.join(name);
-        std::fs::write(&p, bytes).unwrap();
-        p
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// Runs synaptix and checks the failure contract; returns stderr.
-fn fails(args: &[&str], expect_in_message: &str) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_synaptix"))
-        .args(args)
-        .output()
-        .expect("synaptix runs");
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(
-        !out.status.success(),
-        "{args:?} succeeded; stderr: {stderr}"
-    );
-    assert_ne!(out.status.code(), Some(101), "{args:?} panicked: {stderr}");
-    assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "{args:?}: expected one line, got: {stderr}");
-    assert!(lines[0].starts_with("error: "), "{args:?}: {stderr}");
-    assert!(
-        lines[0].contains(expect_in_message),
-        "{args:?}: message lacks {expect_in_message:?}: {stderr}"
-    );
-    stderr
-}
+mod common;
+use common::{fails, Scratch};
 
 fn p(path: &Path) -> &str {
     path.to_str().unwrap()

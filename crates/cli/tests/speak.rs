@@ -12,6 +12,9 @@ use std::process::{Command, Output};
 
 use synaptix_bundle::cache;
 
+mod common;
+use common::{fails, synaptix, Scratch};
+
 fn voice() -> String {
     let path = cache::models_dir().join("piper-en-us-joe-medium");
     assert!(
@@ -26,13 +29,6 @@ fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/piper")
 }
 
-fn synaptix(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_synaptix"))
-        .args(args)
-        .output()
-        .expect("synaptix runs")
-}
-
 fn ok(args: &[&str]) -> Output {
     let out = synaptix(args);
     assert!(
@@ -41,25 +37,6 @@ fn ok(args: &[&str]) -> Output {
         String::from_utf8_lossy(&out.stderr)
     );
     out
-}
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("synaptix-speak-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-    fn path(&self, name: &str) -> String {
-        self.0.join(name).display().to_string()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// 16-bit mono samples and the rate of a WAV file.
@@ -223,21 +200,6 @@ fn seeds_reproduce_and_raw_output_streams_the_samples() {
     assert_eq!(out.stdout.len(), raw.len() + 2 * 11025);
     assert_eq!(&out.stdout[..raw.len()], &raw[..]);
     assert!(out.stdout[raw.len()..].iter().all(|&b| b == 0));
-}
-
-/// Runs synaptix and checks the failure contract: non-zero exit, no panic, one `error:` line
-/// containing `expect`.
-fn fails(args: &[&str], expect: &str) {
-    let out = synaptix(args);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{args:?} succeeded: {stderr}");
-    assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "{args:?}: {stderr}");
-    assert!(
-        lines[0].starts_with("error: ") && lines[0].contains(expect),
-        "{args:?}: wanted {expect:?} in {stderr}"
-    );
 }
 
 #[test]
