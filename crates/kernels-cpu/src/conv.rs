@@ -563,13 +563,14 @@ impl TransposedConvWeight {
 /// Transposed convolution (upsampling by `stride`): `x: [t_in, c_in]` (+ bias) → `([t_out,
 /// c_out], t_out)` with `t_out = (t_in - 1)·stride + kernel - pad_left - pad_right`: input step
 /// `t`'s tap `j` lands on output step `t·stride + j - pad_left` (see [`TransposedConvWeight`]
-/// for how it is computed).
+/// for how it is computed); `act` is applied to the input as it is read.
 pub fn conv_transpose1d(
     x: &[f32],
     t_in: usize,
     w: &TransposedConvWeight,
     bias: Option<&[f32]>,
     geometry: ConvGeometry,
+    act: InputActivation,
 ) -> Result<(Vec<f32>, usize)> {
     const OP: &str = "conv_transpose1d";
     let (c_in, c_out) = (w.c_in, w.c_out);
@@ -617,7 +618,10 @@ pub fn conv_transpose1d(
             let mut padded = SCRATCH.with(|s| std::mem::take(&mut *s.borrow_mut()));
             padded.clear();
             padded.resize(rows * c_in, 0f32);
-            padded[(taps - 1) * c_in..(taps - 1 + t_in) * c_in].copy_from_slice(x);
+            padded[(taps - 1) * c_in..(taps - 1 + t_in) * c_in]
+                .par_chunks_mut(c_in * ROWS_PER_TASK)
+                .zip(x.par_chunks(c_in * ROWS_PER_TASK))
+                .for_each(|(dst, src)| act.copy(dst, src));
             for (r, packed) in phases.iter().enumerate() {
                 // Outputs u = q·stride + r - pad_left for q from q_first while u < t_out.
                 let q_first = pad_left.saturating_sub(r).div_ceil(stride);
@@ -645,9 +649,10 @@ pub fn conv_transpose1d(
         }
         TransposedKind::Taps(packed) => {
             // [t_in, kernel·c_out]: tap j of input step t for output channel o at [t][j·c_out + o].
+            let activated: Vec<f32> = x.iter().map(|&v| act.apply(v)).collect();
             let mut taps = vec![0f32; t_in * kernel * c_out];
             gemm_packed_into(
-                x,
+                &activated,
                 c_in,
                 t_in,
                 packed,
@@ -844,7 +849,23 @@ mod tests {
                 pad_right: pad,
             };
             let packed = TransposedConvWeight::new(&w, c_in, c_out, kernel, stride).unwrap();
-            let (y, t_out) = conv_transpose1d(&x, t_in, &packed, Some(&b), g).unwrap();
+            let (y, t_out) =
+                conv_transpose1d(&x, t_in, &packed, Some(&b), g, InputActivation::Identity)
+                    .unwrap();
+            // The activation is applied to the input as it is read.
+            let leaky = InputActivation::LeakyRelu(0.1);
+            let activated: Vec<f32> = x.iter().map(|&v| leaky.apply(v)).collect();
+            let (fused, _) = conv_transpose1d(&x, t_in, &packed, Some(&b), g, leaky).unwrap();
+            let (plain, _) = conv_transpose1d(
+                &activated,
+                t_in,
+                &packed,
+                Some(&b),
+                g,
+                InputActivation::Identity,
+            )
+            .unwrap();
+            assert_eq!(fused, plain);
             assert_eq!(t_out, (t_in - 1) * stride + kernel - 2 * pad);
             // Scatter definition: out[t·stride + j - pad][o] += x[t][i] · w[i][o][j].
             let mut want = vec![0f32; t_out * c_out];
@@ -889,9 +910,10 @@ mod tests {
         };
         assert!(TransposedConvWeight::new(&w[..4], 1, 1, 5, 2).is_err());
         let tw = TransposedConvWeight::new(&w, 1, 1, 5, 2).unwrap();
-        assert!(conv_transpose1d(&x, 8, &tw, None, ConvGeometry { stride: 3, ..gt }).is_err());
-        assert!(conv_transpose1d(&x[..7], 8, &tw, None, gt).is_err());
-        assert!(conv_transpose1d(&[], 0, &tw, None, gt).is_err());
-        assert!(conv_transpose1d(&x, 8, &tw, Some(&[1.0, 2.0]), gt).is_err());
+        let id = InputActivation::Identity;
+        assert!(conv_transpose1d(&x, 8, &tw, None, ConvGeometry { stride: 3, ..gt }, id).is_err());
+        assert!(conv_transpose1d(&x[..7], 8, &tw, None, gt, id).is_err());
+        assert!(conv_transpose1d(&[], 0, &tw, None, gt, id).is_err());
+        assert!(conv_transpose1d(&x, 8, &tw, Some(&[1.0, 2.0]), gt, id).is_err());
     }
 }

@@ -152,8 +152,17 @@ pub fn tanh_f32(x: f32) -> f32 {
     }
 }
 
-/// [`tanh_f32`] of every value, compiled for the CPU's vector width.
+/// [`tanh_f32`] of every value, compiled for the CPU's vector width (lane-wise: the same bits on
+/// every width), long slices split over the rayon pool.
 pub fn tanh_inplace(x: &mut [f32]) {
+    if x.len() >= 1 << 16 {
+        x.par_chunks_mut(1 << 14).for_each(tanh_slice);
+    } else {
+        tanh_slice(x);
+    }
+}
+
+fn tanh_slice(x: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     match crate::cpu::path() {
         crate::cpu::Path::Avx512 => {

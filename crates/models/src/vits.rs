@@ -22,6 +22,7 @@
 
 use std::path::{Path, PathBuf};
 
+use rayon::prelude::*;
 use serde_json::Value;
 use synaptix_bundle::onnx::OnnxFile;
 use synaptix_kernels_cpu::dense::{
@@ -141,17 +142,11 @@ fn add_into(x: &mut [f32], y: &[f32]) {
     x.iter_mut().zip(y).for_each(|(a, &b)| *a += b);
 }
 
-#[inline]
-fn leaky(v: f32, slope: f32) -> f32 {
-    if v < 0.0 {
-        v * slope
-    } else {
-        v
-    }
-}
-
-fn leaky_relu(x: &[f32], slope: f32) -> Vec<f32> {
-    x.iter().map(|&v| leaky(v, slope)).collect()
+/// `x += y`, long slices split over the rayon pool.
+fn par_add_into(x: &mut [f32], y: &[f32]) {
+    x.par_chunks_mut(1 << 14)
+        .zip(y.par_chunks(1 << 14))
+        .for_each(|(a, b)| add_into(a, b));
 }
 
 /// Multi-head self-attention with relative positions (heads share the offset embeddings).
@@ -755,24 +750,23 @@ impl ResBlock {
         }
     }
 
-    /// `x` plus the block's output.
-    fn forward(&self, x: &[f32], t: usize) -> Result<Vec<f32>> {
-        let mut x = x.to_vec();
+    /// `x` plus the block's output, in place.
+    fn add_to(&self, x: &mut [f32], t: usize) -> Result<()> {
         let act = InputActivation::LeakyRelu(LRELU_SLOPE);
         match self {
             ResBlock::Singles(convs) => {
                 for c in convs {
-                    c.residual(&mut x, t, act)?;
+                    c.residual(x, t, act)?;
                 }
             }
             ResBlock::Pairs(pairs) => {
                 for (c1, c2) in pairs {
-                    let y = c1.forward_activated(&x, t, act)?;
-                    c2.add_forward(&y, t, act, &mut x)?;
+                    let y = c1.forward_activated(x, t, act)?;
+                    c2.add_forward(&y, t, act, x)?;
                 }
             }
         }
-        Ok(x)
+        Ok(())
     }
 }
 
@@ -826,18 +820,25 @@ impl Generator {
         let mut x = self.conv_pre.forward_same(z, frames)?;
         let mut t = frames;
         for (up, blocks) in &self.stages {
-            let (y, t_up) = up.forward(&leaky_relu(&x, LRELU_SLOPE), t)?;
+            let (y, t_up) =
+                up.upsample_activated(&x, t, InputActivation::LeakyRelu(LRELU_SLOPE))?;
             t = t_up;
-            let mut sum = blocks
-                .first()
-                .map(|b| b.forward(&y, t))
-                .transpose()?
-                .unwrap_or_default();
-            for block in blocks.iter().skip(1) {
-                add_into(&mut sum, &block.forward(&y, t)?);
+            // The blocks' outputs summed in order; the last block works on `y` itself.
+            let count = blocks.len();
+            let mut y = Some(y);
+            let mut sum = Vec::new();
+            for (i, block) in blocks.iter().enumerate() {
+                let mut out = if i + 1 == count { y.take() } else { y.clone() }.unwrap_or_default();
+                block.add_to(&mut out, t)?;
+                if i == 0 {
+                    sum = out;
+                } else {
+                    par_add_into(&mut sum, &out);
+                }
             }
-            let inv = blocks.len() as f32;
-            sum.iter_mut().for_each(|v| *v /= inv);
+            let n = blocks.len() as f32;
+            sum.par_chunks_mut(1 << 14)
+                .for_each(|c| c.iter_mut().for_each(|v| *v /= n));
             x = sum;
         }
         let y = self.conv_post.forward_activated(

@@ -234,8 +234,33 @@ impl Conv1d {
                 (y, t_out)
             }
             ConvKind::Depthwise(w) => depthwise_conv1d(x, t_in, self.c_in, w, b, g)?,
-            ConvKind::Transposed(w) => conv_transpose1d(x, t_in, w, b, g)?,
+            ConvKind::Transposed(w) => {
+                conv_transpose1d(x, t_in, w, b, g, InputActivation::Identity)?
+            }
         })
+    }
+
+    /// An upsampling (transposed) convolution of `act(x)`: `([t_out, c_out], t_out)`.
+    pub fn upsample_activated(
+        &self,
+        x: &[f32],
+        t_in: usize,
+        act: InputActivation,
+    ) -> Result<(Vec<f32>, usize)> {
+        match &self.kind {
+            ConvKind::Transposed(w) => Ok(conv_transpose1d(
+                x,
+                t_in,
+                w,
+                self.b.as_deref(),
+                self.geometry,
+                act,
+            )?),
+            _ => Err(NnError::Kernel(synaptix_core::Error::ShapeMismatch {
+                op: "conv_transpose1d",
+                detail: "not a transposed convolution".into(),
+            })),
+        }
     }
 
     fn same_length(&self, t: usize, t_out: usize) -> Result<()> {
