@@ -19,14 +19,16 @@ use synaptix_tokenizer::Tokenizer;
     probability above 0.6 and average log-probability at most -1) skipped, and the text so far \
     (up to 223 tokens) fed back as the prompt of the next window. Temperature 0 only: there is \
     no fallback to sampling at higher temperatures when a window decodes badly (faster-whisper \
-    retries at 0.2, 0.4, ... 1.0), nor VAD or word timestamps.\n\n\
+    retries at 0.2, 0.4, ... 1.0), nor VAD. --word-timestamps times every word as \
+    faster-whisper's word_timestamps=True does.\n\n\
     Examples:\n  \
     scripts/fetch-models.sh whisper-base\n  \
     synaptix transcribe whisper-base speech.wav\n  \
     synaptix transcribe whisper-base interview.wav --language de --translate\n  \
     synaptix transcribe ~/models/whisper-base speech.wav --json\n  \
     synaptix transcribe whisper-base speech.wav --beam-size 1 --no-condition-on-previous-text\n  \
-    synaptix transcribe whisper-base speech.wav --no-timestamps"
+    synaptix transcribe whisper-base speech.wav --no-timestamps\n  \
+    synaptix transcribe whisper-base speech.wav --word-timestamps --json"
 )]
 pub struct TranscribeArgs {
     /// Whisper model directory in CTranslate2's layout (model.bin, config.json, tokenizer.json,
@@ -65,6 +67,12 @@ pub struct TranscribeArgs {
     /// carry over into the next window
     #[arg(long)]
     pub no_condition_on_previous_text: bool,
+    /// Time every word (faster-whisper's word_timestamps=True): from the cross-attention of the
+    /// model's alignment heads; each segment line is followed by one line per word, and the JSON
+    /// segments get their words. Segment times and the seeking between windows then follow the
+    /// words
+    #[arg(long, conflicts_with = "no_timestamps")]
+    pub word_timestamps: bool,
 }
 
 pub fn run(a: TranscribeArgs) -> Result<()> {
@@ -108,6 +116,7 @@ pub fn run(a: TranscribeArgs) -> Result<()> {
     options.timestamps = !a.no_timestamps;
     options.beam_size = a.beam_size as usize;
     options.condition_on_previous_text = !a.no_condition_on_previous_text;
+    options.word_timestamps = a.word_timestamps;
     let decode =
         |ids: &[u32]| String::from_utf8_lossy(&tokenizer.detokenize(ids, true, false)).into_owned();
     let json = a.json;
@@ -136,6 +145,16 @@ pub fn run(a: TranscribeArgs) -> Result<()> {
                     clock(s.end),
                     s.text.trim()
                 );
+                for w in &s.words {
+                    let _ = writeln!(
+                        out,
+                        "  [{} --> {}] {} ({:.2})",
+                        clock(w.start),
+                        clock(w.end),
+                        w.word.trim(),
+                        w.probability
+                    );
+                }
                 let _ = out.flush();
             }
             _ => {}
@@ -183,14 +202,29 @@ pub fn run(a: TranscribeArgs) -> Result<()> {
                 .segments
                 .iter()
                 .map(|s| {
-                    serde_json::json!({
+                    let mut seg = serde_json::json!({
                         "start": s.start,
                         "end": s.end,
                         "text": s.text,
                         "tokens": s.tokens,
                         "avg_logprob": s.avg_logprob,
                         "no_speech_prob": s.no_speech_prob,
-                    })
+                    });
+                    if a.word_timestamps {
+                        seg["words"] = s
+                            .words
+                            .iter()
+                            .map(|w| {
+                                serde_json::json!({
+                                    "word": w.word,
+                                    "start": w.start,
+                                    "end": w.end,
+                                    "probability": w.probability,
+                                })
+                            })
+                            .collect();
+                    }
+                    seg
                 })
                 .collect();
         }

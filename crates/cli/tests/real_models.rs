@@ -618,6 +618,66 @@ fn transcribe_streams_and_reports_json() {
     }
 }
 
+/// `transcribe --word-timestamps` on the Whisper fixture: the JSON segments carry faster-whisper's
+/// words (tests/fixtures/whisper/words.json, the clip alone), and the text output puts a line
+/// per word under each segment.
+#[test]
+fn transcribe_word_timestamps_end_to_end() {
+    let dir = model("whisper-base");
+    let fixtures = format!(
+        "{}/../../tests/fixtures/whisper",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let g: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{fixtures}/words.json")).unwrap())
+            .unwrap();
+    let clip = &g["clips"][0];
+    assert_eq!(clip["name"], "speech16k");
+    let wav = format!("{fixtures}/speech16k.wav");
+    let j = json_ok(&[
+        "transcribe",
+        &dir,
+        &wav,
+        "--word-timestamps",
+        "--json",
+        "-t",
+        "2",
+    ]);
+    let got = j["segments"].as_array().unwrap();
+    let want = clip["segments"].as_array().unwrap();
+    assert_eq!(got.len(), want.len());
+    for (s, w) in got.iter().zip(want) {
+        assert_eq!(s["text"], w["text"]);
+        let (gw, ww) = (
+            s["words"].as_array().unwrap(),
+            w["words"].as_array().unwrap(),
+        );
+        assert_eq!(gw.len(), ww.len());
+        for (a, b) in gw.iter().zip(ww) {
+            assert_eq!(a["word"], b["word"]);
+            assert_eq!(a["start"], b["start"]);
+            assert_eq!(a["end"], b["end"]);
+        }
+    }
+    let out = synaptix(&["transcribe", &dir, &wav, "--word-timestamps", "-t", "2"]);
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("[00:00.000 --> 00:02.960]  The quick"),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].starts_with("  [00:00.000 --> 00:00.140] The ("),
+        "{stdout}"
+    );
+    let words: usize = want
+        .iter()
+        .map(|s| s["words"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(lines.len(), want.len() + words, "{stdout}");
+}
+
 /// `embed` end to end on all-MiniLM-L6-v2 against the goldens of
 /// `scripts/reference/make_embed_goldens.py`: token ids, embeddings within 1e-5, the default
 /// output's lines and similarity matrix, and `--file` giving the arguments' result.

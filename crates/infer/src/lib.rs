@@ -12,6 +12,7 @@ mod engine;
 mod session;
 pub mod speak;
 pub mod transcribe;
+pub mod words;
 
 pub use chat::{render_chat, render_chat_at, ChatMessage};
 pub use engine::{Engine, GenerateOptions, Generation, InferError, Result, StopReason, Timings};

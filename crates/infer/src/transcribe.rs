@@ -15,10 +15,14 @@ use synaptix_models::whisper::{
 };
 use synaptix_models::ModelError;
 
+use crate::words::{add_word_timestamps, last_end, TimedPiece, Window, Word};
+
 use crate::{InferError, Result};
 
 /// Seconds per mel frame (hop 160 at 16 kHz).
 pub const TIME_PER_FRAME: f64 = 0.01;
+/// Mel frames per second.
+const FRAMES_PER_SECOND: f64 = 100.0;
 /// Seconds per timestamp token.
 pub const TIME_PRECISION: f64 = 0.02;
 /// Mel frames per timestamp step (the encoder's second convolution has stride 2).
@@ -330,6 +334,10 @@ pub struct TranscribeOptions {
     pub log_prob_threshold: Option<f64>,
     /// Seconds: the first timestamp of a window is no later.
     pub max_initial_timestamp: f64,
+    /// Times each word from the cross-attention of the model's alignment heads
+    /// ([`crate::words`]); segment times and seeking follow the words, as faster-whisper's
+    /// `word_timestamps=True`. Needs timestamps.
+    pub word_timestamps: bool,
 }
 
 impl TranscribeOptions {
@@ -346,6 +354,7 @@ impl TranscribeOptions {
             no_speech_threshold: Some(0.6),
             log_prob_threshold: Some(-1.0),
             max_initial_timestamp: 1.0,
+            word_timestamps: false,
         }
     }
 }
@@ -366,6 +375,8 @@ pub struct Segment {
     /// Its window's average log-probability and no-speech probability.
     pub avg_logprob: f64,
     pub no_speech_prob: f32,
+    /// Its words, with word timestamps (else empty).
+    pub words: Vec<Word>,
 }
 
 /// What [`transcribe`] reports as it goes.
@@ -395,8 +406,9 @@ pub struct Transcription {
 
 /// Transcribes a whole log-mel spectrogram (`mel: [n_mels, frames]` row-major, as
 /// `whisper_log_mel` returns it) window by window, following faster-whisper 1.2.1's
-/// `generate_segments` at temperature 0 without fallback, without VAD, word timestamps, an
-/// initial prompt or hotwords.
+/// `generate_segments` at temperature 0 without fallback, without VAD, an initial prompt or
+/// hotwords; with `word_timestamps` as its `word_timestamps=True` (without the hallucination
+/// silence threshold, off by default there too).
 ///
 /// With timestamps (the default): the content frames (all but the last) are read in windows
 /// of up to 3000 frames starting at `seek`; each is decoded with [`generate`] after the prompt.
@@ -459,6 +471,8 @@ pub fn transcribe(
     let mut previous: Vec<u32> = Vec::new();
     let mut prompt_since = 0;
     let mut seek = 0usize;
+    // faster-whisper's last_speech_timestamp (word timestamps): where speech last ended.
+    let mut last_speech_timestamp = 0.0f64;
     loop {
         let more = if options.timestamps {
             seek < content
@@ -519,6 +533,7 @@ pub fn transcribe(
                 tokens: generated.tokens,
                 avg_logprob,
                 no_speech_prob: generated.no_speech_prob,
+                words: Vec::new(),
             });
             seek += WINDOW_FRAMES;
         } else {
@@ -538,28 +553,77 @@ pub fn transcribe(
             }
             let (pieces, next_seek) =
                 split_at_timestamps(&generated.tokens, tokens.timestamp_begin, seek, size);
-            for piece in pieces {
-                let text = text_of(&piece.tokens);
-                if piece.start == piece.end || text.trim().is_empty() {
-                    continue;
-                }
-                kept.push(Segment {
-                    seek,
-                    start: piece.start,
-                    end: piece.end,
-                    tokens: piece.tokens,
-                    text,
-                    avg_logprob,
-                    no_speech_prob: generated.no_speech_prob,
-                });
-            }
+            let mut timed: Vec<TimedPiece> = pieces
+                .iter()
+                .map(|p| TimedPiece {
+                    start: p.start,
+                    end: p.end,
+                    text_tokens: p
+                        .tokens
+                        .iter()
+                        .copied()
+                        .filter(|&t| t < tokens.eot)
+                        .collect(),
+                    words: Vec::new(),
+                })
+                .collect();
             // faster-whisper would decode the same window forever when the last timestamp
             // pair sits at 0.00; move past the window instead.
-            seek = if next_seek > seek {
+            let mut next = if next_seek > seek {
                 next_seek
             } else {
                 seek + size
             };
+            if options.word_timestamps {
+                let started = Instant::now();
+                let start = [tokens.sot, language, options.task];
+                let code = tokens
+                    .languages
+                    .iter()
+                    .find(|(id, _)| *id == language)
+                    .map_or("", |(_, c)| c.as_str());
+                let window = Window {
+                    model,
+                    audio: &encoded,
+                    tokens,
+                    start: &start,
+                    num_frames: size,
+                    language: code,
+                    decode: decode_text,
+                };
+                add_word_timestamps(&mut timed, &window, seek, last_speech_timestamp)?;
+                result.decode_s += started.elapsed().as_secs_f64();
+                let g = &generated.tokens;
+                let single_timestamp_ending = g.len() >= 2
+                    && g[g.len() - 2] < tokens.timestamp_begin
+                    && tokens.timestamp_begin <= g[g.len() - 1];
+                let end = last_end(&timed);
+                if let (false, Some(end)) = (single_timestamp_ending, end) {
+                    if end > time_offset {
+                        next = (end * FRAMES_PER_SECOND).round_ties_even() as usize;
+                    }
+                }
+                if let Some(end) = end {
+                    last_speech_timestamp = end;
+                }
+            }
+            for (piece, times) in pieces.into_iter().zip(timed) {
+                let text = text_of(&piece.tokens);
+                if times.start == times.end || text.trim().is_empty() {
+                    continue;
+                }
+                kept.push(Segment {
+                    seek,
+                    start: times.start,
+                    end: times.end,
+                    tokens: piece.tokens,
+                    text,
+                    avg_logprob,
+                    no_speech_prob: generated.no_speech_prob,
+                    words: times.words,
+                });
+            }
+            seek = next;
         }
         for segment in kept {
             previous.extend_from_slice(&segment.tokens);

@@ -311,3 +311,74 @@ fn split_at_timestamps_like_faster_whisper() {
     assert_eq!((pieces[0].start, pieces[0].end), (0.0, 12.34));
     assert_eq!(seek, 1234);
 }
+
+/// Word timestamps (faster-whisper's `word_timestamps=True`, beam 5, conditioning) on every
+/// input of `tests/fixtures/whisper/words.json` (`make_whisper_word_goldens.py`): the same
+/// segments (seek, start, end, tokens, text; times follow the words and so does seeking) and
+/// the same words with the same start and end (to the 0.01 s faster-whisper rounds to) and
+/// probabilities within 2e-3.
+#[test]
+fn word_timestamps_match_faster_whisper() {
+    let Some(s) = Setup::load() else { return };
+    assert_eq!(s.tokens.alignment_heads.len(), 8);
+    let text = std::fs::read_to_string(fixtures().join("words.json")).expect("words.json");
+    let golden: serde_json::Value = serde_json::from_str(&text).expect("valid json");
+    let clip = synaptix_audio::read_wav(&fixtures().join("speech16k.wav")).expect("wav fixture");
+    let decode = |ids: &[u32]| s.decode(ids);
+    let cases = golden["clips"].as_array().expect("clips");
+    assert_eq!(cases.len(), 3);
+    let mut words_checked = 0;
+    for case in cases {
+        let name = case["name"].as_str().expect("name");
+        let samples = assemble(&clip.samples, &case["parts"]);
+        let mel = synaptix_audio::whisper_log_mel(&samples, 80).expect("mel");
+        let options = TranscribeOptions {
+            word_timestamps: true,
+            ..TranscribeOptions::new(s.tokens.transcribe, None)
+        };
+        let got = transcribe(
+            &s.model,
+            &mel.values,
+            mel.frames,
+            &s.tokens,
+            &options,
+            &decode,
+            &mut |_| {},
+        )
+        .expect("transcribe");
+        let want = case["segments"].as_array().expect("segments");
+        for (i, (seg, w)) in got.segments.iter().zip(want).enumerate() {
+            let at = format!("{name} segment {i} ({:?})", seg.text);
+            assert_eq!(seg.tokens, ids(&w["tokens"]), "{at}: tokens");
+            assert_eq!(
+                seg.seek as u64,
+                w["seek"].as_u64().expect("seek"),
+                "{at}: seek"
+            );
+            assert_eq!(seg.text, w["text"].as_str().expect("text"), "{at}: text");
+            for (got, key) in [(seg.start, "start"), (seg.end, "end")] {
+                let want = w[key].as_f64().expect(key);
+                assert!((got - want).abs() < 1e-9, "{at}: {key} {got} != {want}");
+            }
+            let want_words = w["words"].as_array().expect("words");
+            assert_eq!(seg.words.len(), want_words.len(), "{at}: word count");
+            for (word, ww) in seg.words.iter().zip(want_words) {
+                let at = format!("{at} word {:?}", word.word);
+                assert_eq!(word.word, ww["word"].as_str().expect("word"), "{at}");
+                for (got, key) in [(word.start, "start"), (word.end, "end")] {
+                    let want = ww[key].as_f64().expect(key);
+                    assert!((got - want).abs() < 1e-9, "{at}: {key} {got} != {want}");
+                }
+                let p = ww["probability"].as_f64().expect("probability");
+                assert!(
+                    (word.probability as f64 - p).abs() < 2e-3,
+                    "{at}: probability {} vs {p}",
+                    word.probability
+                );
+                words_checked += 1;
+            }
+        }
+        assert_eq!(got.segments.len(), want.len(), "{name}: segment count");
+    }
+    assert_eq!(words_checked, 191);
+}

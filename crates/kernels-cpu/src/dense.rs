@@ -338,6 +338,38 @@ impl HeadsKv {
     }
 }
 
+impl HeadsKv {
+    /// Head `head`'s attention scores before the softmax, `(q_h / √head_dim) · k_hᵀ`:
+    /// `[tq, tk]` for queries `q: [tq, n_heads · head_dim]`, as [`attention_heads`] computes
+    /// them.
+    pub fn scores(&self, q: &[f32], tq: usize, head: usize) -> Result<Vec<f32>> {
+        let (hd, d) = (self.head_dim, self.n_heads * self.head_dim);
+        if head >= self.n_heads || q.len() != tq * d {
+            return Err(mismatch(
+                "attention scores",
+                format!(
+                    "head {head} of {}, q has {} values for {tq}×{d}",
+                    self.n_heads,
+                    q.len()
+                ),
+            ));
+        }
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut qh = head_of(q, tq, d, head * hd, hd);
+        qh.iter_mut().for_each(|x| *x *= scale);
+        linear_f32(&qh, tq, &self.k[head], self.tk, hd, None)
+    }
+
+    /// Frames (keys) per head.
+    pub fn keys(&self) -> usize {
+        self.tk
+    }
+
+    pub fn heads(&self) -> usize {
+        self.n_heads
+    }
+}
+
 /// Scaled dot-product attention of `n_heads` heads: `q: [tq, d]`, `k, v: [tk, d]` (d = n_heads ·
 /// head_dim, head h in columns h·head_dim ..), output `[tq, d]`. `causal_past: Some(p)` lets
 /// query row i attend keys 0 ..= p + i (its position in a sequence whose first p keys came from

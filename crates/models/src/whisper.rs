@@ -92,6 +92,9 @@ pub struct WhisperTokens {
     pub suppress: Vec<u32>,
     /// Suppressed at the first generated step only (the blank and end-of-text).
     pub suppress_begin: Vec<u32>,
+    /// `config.alignment_heads`: the `(decoder layer, head)` pairs whose cross-attention follows
+    /// the timing of words (empty when the config has none).
+    pub alignment_heads: Vec<(usize, usize)>,
 }
 
 pub struct Whisper {
@@ -109,6 +112,16 @@ pub struct Whisper {
     decoder_positions: Vec<f32>,
     decoder_layers: Vec<DecoderLayer>,
     decoder_norm: LayerNorm,
+}
+
+/// What [`Whisper::forward_scores`] asks the decoder to keep.
+struct Capture {
+    /// `(layer, head)` pairs.
+    heads: Vec<(usize, usize)>,
+    /// Per pair: scores `[tokens, frames]`.
+    scores: Vec<Vec<f32>>,
+    /// `[tokens, vocab]`.
+    logits: Vec<f32>,
 }
 
 /// The encoder's output for one window and each decoder layer's cross-attention keys and values.
@@ -467,6 +480,44 @@ impl Whisper {
         self.forward(audio, caches, tokens)
     }
 
+    /// Runs a whole token sequence through the decoder (from position 0) for word alignment:
+    /// every position's logits `[tokens, vocab]` and, for each `(layer, head)` of `heads`, that
+    /// cross-attention head's scores before the softmax, `[tokens, frames]` (CTranslate2's
+    /// `align` reads the same).
+    pub fn forward_scores(
+        &self,
+        audio: &EncodedAudio,
+        tokens: &[u32],
+        heads: &[(usize, usize)],
+    ) -> Result<(Vec<f32>, Vec<Vec<f32>>)> {
+        let layers = self.decoder_layers.len();
+        if let Some(&(l, h)) = heads
+            .iter()
+            .find(|&&(l, h)| l >= layers || h >= self.dims.decoder_heads)
+        {
+            return Err(bad(
+                Path::new("whisper"),
+                format!(
+                    "alignment head ({l}, {h}) is outside {layers} layers of {} heads",
+                    self.dims.decoder_heads
+                ),
+            ));
+        }
+        let mut capture = Capture {
+            heads: heads.to_vec(),
+            scores: vec![Vec::new(); heads.len()],
+            logits: Vec::new(),
+        };
+        let mut cache = self.new_cache();
+        self.forward_with(
+            audio,
+            std::slice::from_mut(&mut cache),
+            tokens,
+            Some(&mut capture),
+        )?;
+        Ok((capture.logits, capture.scores))
+    }
+
     /// `tokens` split evenly over `caches` (sequence `i` gets the `i`-th run of
     /// `tokens.len() / caches.len()`), through the decoder; the logits of each run's last
     /// position, `[caches.len(), vocab]`.
@@ -475,6 +526,18 @@ impl Whisper {
         audio: &EncodedAudio,
         caches: &mut [DecoderCache],
         tokens: &[u32],
+    ) -> Result<Vec<f32>> {
+        self.forward_with(audio, caches, tokens, None)
+    }
+
+    /// [`Whisper::forward`], recording into `capture` (one sequence) the cross-attention scores
+    /// it asks for and every position's logits instead of the last one's.
+    fn forward_with(
+        &self,
+        audio: &EncodedAudio,
+        caches: &mut [DecoderCache],
+        tokens: &[u32],
+        mut capture: Option<&mut Capture>,
     ) -> Result<Vec<f32>> {
         let WhisperDims {
             d_model: d,
@@ -536,11 +599,26 @@ impl Whisper {
 
             let h = layer.cross_norm.forward(&x)?;
             let q = layer.cross_q.forward(&h, rows)?;
+            if let Some(c) = capture.as_deref_mut() {
+                for (i, &(cl, head)) in c.heads.iter().enumerate() {
+                    if cl == l {
+                        c.scores[i] = cross.scores(&q, rows, head)?;
+                    }
+                }
+            }
             let a = attention_heads(&q, rows, cross, None)?;
             let o = layer.cross_out.forward(&a, rows)?;
             x.iter_mut().zip(&o).for_each(|(a, b)| *a += b);
 
             layer.ffn.add_to(&mut x, rows)?;
+        }
+        if let Some(c) = capture {
+            for cache in caches.iter_mut() {
+                cache.len += per;
+            }
+            let all = self.decoder_norm.forward(&x)?;
+            c.logits = linear(&all, rows, self.embedding.weight(), vocab, d, None)?;
+            return Ok(Vec::new());
         }
         let mut last = Vec::with_capacity(caches.len() * d);
         for (s, cache) in caches.iter_mut().enumerate() {
@@ -631,6 +709,20 @@ impl WhisperTokens {
             token_id(name)
                 .ok_or_else(|| bad(config, format!("the tokenizer has no '{name}' token")))
         };
+        let alignment_heads = match json.get("alignment_heads") {
+            None => Vec::new(),
+            Some(list) => list
+                .as_array()
+                .and_then(|a| {
+                    a.iter()
+                        .map(|pair| match pair.as_array().map(Vec::as_slice) {
+                            Some([l, h]) => Some((l.as_u64()? as usize, h.as_u64()? as usize)),
+                            _ => None,
+                        })
+                        .collect::<Option<Vec<_>>>()
+                })
+                .ok_or_else(|| bad(config, "'alignment_heads' is not a list of [layer, head]"))?,
+        };
         let sot = special("<|startoftranscript|>")?;
         let eot = special("<|endoftext|>")?;
         let transcribe = special("<|transcribe|>")?;
@@ -681,6 +773,7 @@ impl WhisperTokens {
             languages,
             suppress,
             suppress_begin: ids("suppress_ids_begin")?,
+            alignment_heads,
         })
     }
 
