@@ -1,14 +1,14 @@
 //! The little HTTP/1.1 that `synaptix serve` speaks: one request per connection (the response
 //! closes it), bodies sized by `Content-Length`, answers with a length or as a server-sent event
 //! stream. Limits keep a hostile client from holding memory or the (single) worker: headers up to
-//! 64 KiB, bodies up to 16 MiB, and a read timeout.
+//! 64 KiB, bodies up to 25 MiB (OpenAI's limit for audio uploads), and a read timeout.
 
 use std::io::{self, Read, Write};
 
 /// Largest request head (request line and headers).
 const MAX_HEAD: usize = 64 << 10;
 /// Largest request body.
-const MAX_BODY: usize = 16 << 20;
+const MAX_BODY: usize = 25 << 20;
 
 #[derive(Debug)]
 pub struct Request {
@@ -17,6 +17,8 @@ pub struct Request {
     pub path: String,
     /// The `Authorization` header, if any.
     pub authorization: Option<String>,
+    /// The `Content-Type` header, if any.
+    pub content_type: Option<String>,
     pub body: Vec<u8>,
 }
 
@@ -71,6 +73,7 @@ pub fn read_request(conn: &mut impl Read) -> Result<Request, HttpError> {
     }
     let mut length = 0usize;
     let mut authorization = None;
+    let mut content_type = None;
     for line in lines {
         let Some((name, value)) = line.split_once(':') else {
             return Err(HttpError::Bad(400, format!("bad header line {line:?}")));
@@ -78,6 +81,8 @@ pub fn read_request(conn: &mut impl Read) -> Result<Request, HttpError> {
         let value = value.trim();
         if name.eq_ignore_ascii_case("authorization") {
             authorization = Some(value.to_string());
+        } else if name.eq_ignore_ascii_case("content-type") {
+            content_type = Some(value.to_string());
         } else if name.eq_ignore_ascii_case("content-length") {
             length = value
                 .parse()
@@ -92,7 +97,7 @@ pub fn read_request(conn: &mut impl Read) -> Result<Request, HttpError> {
         }
     }
     if length > MAX_BODY {
-        return Err(HttpError::Bad(413, "request body over 16 MiB".into()));
+        return Err(HttpError::Bad(413, "request body over 25 MiB".into()));
     }
     let (method, path) = (
         method.to_string(),
@@ -114,6 +119,7 @@ pub fn read_request(conn: &mut impl Read) -> Result<Request, HttpError> {
         method,
         path,
         authorization,
+        content_type,
         body,
     })
 }

@@ -55,7 +55,7 @@ enum Command {
     Bench(bench::BenchArgs),
     /// List the compute devices and the kernel paths synaptix will use
     Devices(devices::DevicesArgs),
-    /// Serve a model over HTTP with OpenAI's API (chat and text completions, streaming; embeddings; speech)
+    /// Serve a model over HTTP with OpenAI's API (chat and text completions, streaming; embeddings; speech; transcriptions)
     Serve(serve::ServeArgs),
     /// Convert a GGUF file's weight matrices to another type (q8_0, q4_0, f16, ...)
     Quantize(quantize::QuantizeArgs),

@@ -8,11 +8,13 @@
 //! new (`usage.prompt_tokens_details.cached_tokens` says how much was reused).
 //!
 //! A sentence-transformers directory (what `synaptix embed` takes) is served instead with
-//! `POST /v1/embeddings` (see [`embeddings`]), and a Piper voice with `POST /v1/audio/speech`
-//! (see [`speech`]); each server answers the other kinds' endpoints with a clear 400.
+//! `POST /v1/embeddings` (see [`embeddings`]), a Piper voice with `POST /v1/audio/speech` (see
+//! [`speech`]) and a Whisper model with `POST /v1/audio/transcriptions` and `/translations` (see
+//! [`transcription`]); each server answers the other kinds' endpoints with a clear 400.
 
 mod embeddings;
 mod speech;
+mod transcription;
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -58,11 +60,19 @@ use crate::http::{self, EventStream, HttpError, Request};
     `synaptix speak` writes for the same text and options.\n  \
     synaptix serve piper-en-us-joe-medium --port 8080\n  \
     curl http://127.0.0.1:8080/v1/audio/speech -H 'Content-Type: application/json' \\\n    \
-    -d '{\"input\": \"Hello there.\", \"voice\": \"joe\"}' -o hello.wav")]
+    -d '{\"input\": \"Hello there.\", \"voice\": \"joe\"}' -o hello.wav\n\n\
+    Speech to text (a Whisper directory, as `synaptix transcribe` takes): POST\n\
+    /v1/audio/transcriptions and /v1/audio/translations, multipart/form-data. Fields: file (WAV,\n\
+    FLAC, MP3 or Ogg Vorbis, up to 25 MiB), response_format (json, the default, text,\n\
+    verbose_json, srt, vtt), language, timestamp_granularities[] (segment, word: with\n\
+    verbose_json), temperature (0 only), model (ignored). The decoding is `synaptix\n\
+    transcribe`'s defaults.\n  \
+    synaptix serve whisper-base --port 8080\n  \
+    curl http://127.0.0.1:8080/v1/audio/transcriptions -F file=@speech.wav -F response_format=srt")]
 pub struct ServeArgs {
     /// GGUF model file, sentence-transformers directory (embeddings), Piper voice (.onnx or its
-    /// directory: speech), or the name of a fetched model (gemma3-270m, qwen2.5-coder-0.5b,
-    /// all-minilm-l6-v2, piper-en-us-joe-medium)
+    /// directory: speech), Whisper directory (speech to text), or the name of a fetched model
+    /// (gemma3-270m, qwen2.5-coder-0.5b, all-minilm-l6-v2, piper-en-us-joe-medium, whisper-base)
     pub model: PathBuf,
     /// Address to listen on
     #[arg(long, default_value = "127.0.0.1")]
@@ -102,6 +112,9 @@ pub fn run(mut a: ServeArgs) -> Result<()> {
     a.model = synaptix_bundle::cache::resolve_model(&a.model.to_string_lossy());
     if speech::is_voice(&a.model) {
         return speech::run(a);
+    }
+    if transcription::is_whisper(&a.model) {
+        return transcription::run(a);
     }
     if embeddings::is_embedding_model(&a.model) {
         return embeddings::run(a);
@@ -221,6 +234,8 @@ enum Task {
     Embedding,
     /// `/v1/audio/speech`.
     Speech,
+    /// `/v1/audio/transcriptions` and `/v1/audio/translations`.
+    Transcription,
 }
 
 impl Task {
@@ -230,6 +245,7 @@ impl Task {
             Task::Generation => "/v1/chat/completions and /v1/completions",
             Task::Embedding => "/v1/embeddings",
             Task::Speech => "/v1/audio/speech",
+            Task::Transcription => "/v1/audio/transcriptions and /v1/audio/translations",
         }
     }
 
@@ -238,6 +254,9 @@ impl Task {
             Task::Generation => matches!(path, "/v1/chat/completions" | "/v1/completions"),
             Task::Embedding => path == "/v1/embeddings",
             Task::Speech => path == "/v1/audio/speech",
+            Task::Transcription => {
+                matches!(path, "/v1/audio/transcriptions" | "/v1/audio/translations")
+            }
         }
     }
 
@@ -246,6 +265,7 @@ impl Task {
             Task::Generation => "a text-generation model",
             Task::Embedding => "an embedding model",
             Task::Speech => "a voice",
+            Task::Transcription => "a speech-to-text model",
         }
     }
 }
@@ -316,16 +336,27 @@ fn read_connection(
         ),
         (
             "POST",
-            "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/v1/audio/speech",
+            "/v1/chat/completions"
+            | "/v1/completions"
+            | "/v1/embeddings"
+            | "/v1/audio/speech"
+            | "/v1/audio/transcriptions"
+            | "/v1/audio/translations",
         ) if !info.task.answers(&request.path) => {
-            let wanted = [Task::Generation, Task::Embedding, Task::Speech]
-                .into_iter()
-                .find(|t| t.answers(&request.path))
-                .map_or("another model", |t| t.kind());
+            let wanted = [
+                Task::Generation,
+                Task::Embedding,
+                Task::Speech,
+                Task::Transcription,
+            ]
+            .into_iter()
+            .find(|t| t.answers(&request.path))
+            .map_or("another model", |t| t.kind());
             let example = match wanted {
-                "an embedding model" => " (e.g. `synaptix serve all-minilm-l6-v2`)",
-                "a voice" => " (e.g. `synaptix serve piper-en-us-joe-medium`)",
-                _ => " (a GGUF model)",
+                "an embedding model" => ", e.g. `synaptix serve all-minilm-l6-v2`",
+                "a voice" => ", e.g. `synaptix serve piper-en-us-joe-medium`",
+                "a speech-to-text model" => ", e.g. `synaptix serve whisper-base`",
+                _ => ", a GGUF model",
             };
             let _ = ApiError::bad(format!(
                 "this server runs {} ({}): it answers {}, not {} (serve {wanted} for that{example})",
@@ -338,7 +369,12 @@ fn read_connection(
         }
         (
             "POST",
-            "/v1/chat/completions" | "/v1/completions" | "/v1/embeddings" | "/v1/audio/speech",
+            "/v1/chat/completions"
+            | "/v1/completions"
+            | "/v1/embeddings"
+            | "/v1/audio/speech"
+            | "/v1/audio/transcriptions"
+            | "/v1/audio/translations",
         ) => {
             // The model's thread answers it (it lives as long as the server).
             let _ = jobs.send((request, conn));
@@ -350,7 +386,9 @@ fn read_connection(
             | "/v1/chat/completions"
             | "/v1/completions"
             | "/v1/embeddings"
-            | "/v1/audio/speech",
+            | "/v1/audio/speech"
+            | "/v1/audio/transcriptions"
+            | "/v1/audio/translations",
         ) => {
             let _ = ApiError {
                 status: 405,

@@ -81,14 +81,20 @@ impl Server {
 
     /// One POST of a JSON body; returns (status, content type, body bytes).
     fn post_bytes(&self, path: &str, body: &str) -> (u16, String, Vec<u8>) {
+        self.post_raw(path, "application/json", body.as_bytes())
+    }
+
+    /// One POST of `body` as `content_type`; returns (status, content type, body bytes).
+    fn post_raw(&self, path: &str, content_type: &str, body: &[u8]) -> (u16, String, Vec<u8>) {
         let mut conn = TcpStream::connect(&self.addr).unwrap();
         write!(
             conn,
-            "POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\n\r\n{body}",
+            "POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: {content_type}\r\n\
+             Content-Length: {}\r\n\r\n",
             body.len()
         )
         .unwrap();
+        conn.write_all(body).unwrap();
         let mut raw = Vec::new();
         conn.read_to_end(&mut raw).unwrap();
         let split = raw
@@ -766,4 +772,141 @@ fn speech_matches_synaptix_speak() {
     }
     let models = server.request("GET", "/v1/models", "").1;
     assert!(models.contains("piper-en-us-joe-medium"), "{models}");
+}
+
+/// A `multipart/form-data` body of `(name, filename, data)` parts, boundary `synaptixTEST`.
+fn multipart(parts: &[(&str, Option<&str>, &[u8])]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for (name, filename, data) in parts {
+        b.extend_from_slice(b"--synaptixTEST\r\n");
+        let file = filename.map_or(String::new(), |f| format!("; filename=\"{f}\""));
+        b.extend_from_slice(
+            format!("Content-Disposition: form-data; name=\"{name}\"{file}\r\n\r\n").as_bytes(),
+        );
+        b.extend_from_slice(data);
+        b.extend_from_slice(b"\r\n");
+    }
+    b.extend_from_slice(b"--synaptixTEST--\r\n");
+    b
+}
+
+/// `/v1/audio/transcriptions` on whisper-base gives what `synaptix transcribe` gives for the same
+/// file: the text (json), the segments and, with word granularity, the words (verbose_json),
+/// subtitles (srt); bad uploads and the other endpoints get 400s that say why.
+#[test]
+fn transcriptions_match_synaptix_transcribe() {
+    let whisper = cache::models_dir().join("whisper-base");
+    assert!(
+        whisper.exists(),
+        "whisper-base is missing: run scripts/fetch-models.sh"
+    );
+    let whisper = whisper.display().to_string();
+    let wav_path = format!(
+        "{}/../../tests/fixtures/whisper/speech16k.wav",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let wav = std::fs::read(&wav_path).unwrap();
+    let cli = Command::new(env!("CARGO_BIN_EXE_synaptix"))
+        .args([
+            "transcribe",
+            &whisper,
+            &wav_path,
+            "--word-timestamps",
+            "--json",
+            "-t",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    assert!(cli.status.success());
+    let want: Value = serde_json::from_slice(&cli.stdout).unwrap();
+
+    let server = Server::start(&whisper);
+    let ct = "multipart/form-data; boundary=synaptixTEST";
+    let post = |parts: &[(&str, Option<&str>, &[u8])]| {
+        server.post_raw("/v1/audio/transcriptions", ct, &multipart(parts))
+    };
+    let (status, kind, body) = post(&[
+        ("file", Some("speech.wav"), &wav),
+        ("model", None, b"whisper-1"),
+    ]);
+    assert_eq!((status, kind.as_str()), (200, "application/json"));
+    let j: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(j["text"], want["text"]);
+
+    let (status, _, body) = post(&[
+        ("file", Some("speech.wav"), &wav),
+        ("response_format", None, b"verbose_json"),
+        ("timestamp_granularities[]", None, b"word"),
+        ("language", None, b"en"),
+    ]);
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["language"], "en");
+    let (got, exp) = (
+        v["segments"].as_array().unwrap(),
+        want["segments"].as_array().unwrap(),
+    );
+    assert_eq!(got.len(), exp.len());
+    for (g, e) in got.iter().zip(exp) {
+        for key in ["start", "end", "text", "tokens"] {
+            assert_eq!(g[key], e[key], "{key}");
+        }
+    }
+    let words: Vec<Value> = exp
+        .iter()
+        .flat_map(|s| s["words"].as_array().unwrap().clone())
+        .map(|w| json!({"word": w["word"], "start": w["start"], "end": w["end"]}))
+        .collect();
+    assert_eq!(v["words"].as_array().unwrap(), &words);
+
+    let (status, _, body) = post(&[
+        ("file", Some("speech.wav"), &wav),
+        ("response_format", None, b"srt"),
+    ]);
+    assert_eq!(status, 200);
+    let srt = String::from_utf8(body).unwrap();
+    assert!(
+        srt.starts_with("1\n00:00:00,000 --> 00:00:03,360\nThe quick"),
+        "{srt}"
+    );
+    assert_eq!(srt.matches(" --> ").count(), 3, "{srt}");
+
+    let readme = std::fs::read(format!("{}/../../README.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    for (parts, expect) in [
+        (
+            vec![("file", Some("notes.md"), &readme[..])],
+            "notes.md: unsupported audio format",
+        ),
+        (
+            vec![("model", None, &b"whisper-1"[..])],
+            "`file` is missing",
+        ),
+        (
+            vec![
+                ("file", Some("a.wav"), &wav[..]),
+                ("response_format", None, b"mp3"),
+            ],
+            "mp3",
+        ),
+        (
+            vec![("file", Some("a.wav"), &wav[..]), ("language", None, b"xx")],
+            "xx",
+        ),
+    ] {
+        let (status, _, body) = post(&parts);
+        let text = String::from_utf8_lossy(&body);
+        assert_eq!(status, 400, "{text}");
+        assert!(text.contains(expect), "{expect}: {text}");
+    }
+    let (status, _, body) = server.post_raw("/v1/audio/transcriptions", "application/json", b"{}");
+    assert_eq!(status, 400);
+    assert!(String::from_utf8_lossy(&body).contains("multipart/form-data"));
+    let (status, text) = server.request(
+        "POST",
+        "/v1/embeddings",
+        &json!({"input": "hi"}).to_string(),
+    );
+    assert_eq!(status, 400);
+    assert!(text.contains("speech-to-text model"), "{text}");
 }
