@@ -28,7 +28,8 @@ use synaptix_tokenizer::Tokenizer;
     synaptix transcribe ~/models/whisper-base speech.wav --json\n  \
     synaptix transcribe whisper-base speech.wav --beam-size 1 --no-condition-on-previous-text\n  \
     synaptix transcribe whisper-base speech.wav --no-timestamps\n  \
-    synaptix transcribe whisper-base speech.wav --word-timestamps --json"
+    synaptix transcribe whisper-base speech.wav --word-timestamps --json\n  \
+    synaptix transcribe whisper-base talk.wav --initial-prompt \"Glossary: Kubernetes, Rust.\""
 )]
 pub struct TranscribeArgs {
     /// Whisper model directory in CTranslate2's layout (model.bin, config.json, tokenizer.json,
@@ -73,6 +74,10 @@ pub struct TranscribeArgs {
     /// words
     #[arg(long, conflicts_with = "no_timestamps")]
     pub word_timestamps: bool,
+    /// Text that comes before the speech (faster-whisper's initial_prompt): names, spellings or
+    /// a style the first window should follow; fed to the model as if transcribed before it
+    #[arg(long, value_name = "TEXT")]
+    pub initial_prompt: Option<String>,
 }
 
 pub fn run(a: TranscribeArgs) -> Result<()> {
@@ -117,6 +122,11 @@ pub fn run(a: TranscribeArgs) -> Result<()> {
     options.beam_size = a.beam_size as usize;
     options.condition_on_previous_text = !a.no_condition_on_previous_text;
     options.word_timestamps = a.word_timestamps;
+    if let Some(prompt) = &a.initial_prompt {
+        options.initial_prompt = tokenizer
+            .encode(&format!(" {}", prompt.trim()), false, false)
+            .context("--initial-prompt")?;
+    }
     let decode =
         |ids: &[u32]| String::from_utf8_lossy(&tokenizer.detokenize(ids, true, false)).into_owned();
     let json = a.json;

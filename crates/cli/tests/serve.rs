@@ -872,6 +872,22 @@ fn transcriptions_match_synaptix_transcribe() {
     );
     assert_eq!(srt.matches(" --> ").count(), 3, "{srt}");
 
+    // A prompt is faster-whisper's initial_prompt: it spells the fox "brown" (prompt.json).
+    let (status, _, body) = post(&[
+        ("file", Some("speech.wav"), &wav),
+        (
+            "prompt",
+            None,
+            b"Speech recognition, and the quick brown fox.",
+        ),
+    ]);
+    assert_eq!(status, 200);
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        text.contains("The quick brown fox") && text.contains("Speech recognition"),
+        "{text}"
+    );
+
     let readme = std::fs::read(format!("{}/../../README.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
     for (parts, expect) in [
         (

@@ -338,6 +338,10 @@ pub struct TranscribeOptions {
     /// ([`crate::words`]); segment times and seeking follow the words, as faster-whisper's
     /// `word_timestamps=True`. Needs timestamps.
     pub word_timestamps: bool,
+    /// faster-whisper's `initial_prompt` as tokens (the text's, after a space): fed back before
+    /// the first window as if it had been transcribed before it (and, without conditioning on
+    /// previous text, before the first window only).
+    pub initial_prompt: Vec<u32>,
 }
 
 impl TranscribeOptions {
@@ -355,6 +359,7 @@ impl TranscribeOptions {
             log_prob_threshold: Some(-1.0),
             max_initial_timestamp: 1.0,
             word_timestamps: false,
+            initial_prompt: Vec::new(),
         }
     }
 }
@@ -406,8 +411,7 @@ pub struct Transcription {
 
 /// Transcribes a whole log-mel spectrogram (`mel: [n_mels, frames]` row-major, as
 /// `whisper_log_mel` returns it) window by window, following faster-whisper 1.2.1's
-/// `generate_segments` at temperature 0 without fallback, without VAD, an initial prompt or
-/// hotwords; with `word_timestamps` as its `word_timestamps=True` (without the hallucination
+/// `generate_segments` at temperature 0 without fallback, VAD or hotwords; with `word_timestamps` as its `word_timestamps=True` (without the hallucination
 /// silence threshold, off by default there too).
 ///
 /// With timestamps (the default): the content frames (all but the last) are read in windows
@@ -468,7 +472,7 @@ pub fn transcribe(
     };
     let mut language_token = options.language;
     // The kept segments' tokens, fed back from `prompt_since` on.
-    let mut previous: Vec<u32> = Vec::new();
+    let mut previous: Vec<u32> = options.initial_prompt.clone();
     let mut prompt_since = 0;
     let mut seek = 0usize;
     // faster-whisper's last_speech_timestamp (word timestamps): where speech last ended.

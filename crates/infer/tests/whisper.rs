@@ -382,3 +382,55 @@ fn word_timestamps_match_faster_whisper() {
     }
     assert_eq!(words_checked, 191);
 }
+
+/// faster-whisper's `initial_prompt` (`tests/fixtures/whisper/prompt.json`,
+/// `make_whisper_prompt_goldens.py`): the prompt's token ids as its tokenizer makes them, and on
+/// every input, with and without conditioning on previous text, the same segments (the prompt
+/// corrects "round" to "brown" and "Speak" to "Speech").
+#[test]
+fn initial_prompt_matches_faster_whisper() {
+    let Some(s) = Setup::load() else { return };
+    let text = std::fs::read_to_string(fixtures().join("prompt.json")).expect("prompt.json");
+    let golden: serde_json::Value = serde_json::from_str(&text).expect("valid json");
+    let prompt = golden["initial_prompt"].as_str().expect("prompt");
+    let prompt_ids = s
+        .tokenizer
+        .encode(&format!(" {}", prompt.trim()), false, false)
+        .expect("encode");
+    assert_eq!(prompt_ids, ids(&golden["prompt_ids"]));
+    let clip = synaptix_audio::read_wav(&fixtures().join("speech16k.wav")).expect("wav fixture");
+    let decode = |ids: &[u32]| s.decode(ids);
+    for (key, condition) in [("conditioned", true), ("unconditioned", false)] {
+        for case in golden[key].as_array().expect(key) {
+            let name = format!("{key}/{}", case["name"].as_str().expect("name"));
+            let samples = assemble(&clip.samples, &case["parts"]);
+            let mel = synaptix_audio::whisper_log_mel(&samples, 80).expect("mel");
+            let options = TranscribeOptions {
+                initial_prompt: prompt_ids.clone(),
+                condition_on_previous_text: condition,
+                ..TranscribeOptions::new(s.tokens.transcribe, None)
+            };
+            let got = transcribe(
+                &s.model,
+                &mel.values,
+                mel.frames,
+                &s.tokens,
+                &options,
+                &decode,
+                &mut |_| {},
+            )
+            .expect("transcribe");
+            let want = case["segments"].as_array().expect("segments");
+            assert_eq!(got.segments.len(), want.len(), "{name}: segment count");
+            for (i, (seg, w)) in got.segments.iter().zip(want).enumerate() {
+                let at = format!("{name} segment {i} ({:?})", seg.text);
+                assert_eq!(seg.tokens, ids(&w["tokens"]), "{at}: tokens");
+                assert_eq!(seg.seek as u64, w["seek"].as_u64().expect("seek"), "{at}");
+                for (got, key) in [(seg.start, "start"), (seg.end, "end")] {
+                    let want = w[key].as_f64().expect(key);
+                    assert!((got - want).abs() < 1e-9, "{at}: {key} {got} != {want}");
+                }
+            }
+        }
+    }
+}

@@ -9,7 +9,7 @@
 //! - `timestamp_granularities[]`: `segment` and/or `word` (with `verbose_json`);
 //! - `model` (ignored: the server has one model);
 //! - `temperature`: only 0 (there is no fallback to sampling);
-//! - `prompt`: refused (an initial prompt is not supported yet).
+//! - `prompt`: text before the speech (`transcribe --initial-prompt`).
 //!
 //! The decoding is `synaptix transcribe`'s defaults (beam 5, timestamps, the previous text as
 //! prompt), so the text and segments are those it prints for the same file.
@@ -171,6 +171,7 @@ struct TranscriptionRequest {
     format: Format,
     language: Option<String>,
     words: bool,
+    prompt: Option<String>,
 }
 
 fn parse_request(parts: Vec<Part>) -> std::result::Result<TranscriptionRequest, ApiError> {
@@ -179,6 +180,7 @@ fn parse_request(parts: Vec<Part>) -> std::result::Result<TranscriptionRequest, 
     let mut format = Format::Json;
     let mut language = None;
     let mut words = false;
+    let mut prompt = None;
     for part in parts {
         match part.name.as_str() {
             "file" => {
@@ -219,9 +221,7 @@ fn parse_request(parts: Vec<Part>) -> std::result::Result<TranscriptionRequest, 
                     ));
                 }
             }
-            "prompt" if !text(&part).is_empty() => {
-                return Err(ApiError::bad("prompt is not supported yet"));
-            }
+            "prompt" => prompt = Some(text(&part)).filter(|p| !p.is_empty()),
             _ => {}
         }
     }
@@ -240,6 +240,7 @@ fn parse_request(parts: Vec<Part>) -> std::result::Result<TranscriptionRequest, 
         format,
         language,
         words,
+        prompt,
     })
 }
 
@@ -317,6 +318,12 @@ impl Transcriber {
             .map_err(|e| ApiError::bad(e.to_string()))?;
         let mut options = TranscribeOptions::new(task, language);
         options.word_timestamps = req.words;
+        if let Some(prompt) = &req.prompt {
+            options.initial_prompt = self
+                .tokenizer
+                .encode(&format!(" {}", prompt.trim()), false, false)
+                .map_err(|e| ApiError::bad(format!("prompt: {e}")))?;
+        }
         let decode = |ids: &[u32]| {
             String::from_utf8_lossy(&self.tokenizer.detokenize(ids, true, false)).into_owned()
         };
@@ -432,7 +439,6 @@ mod tests {
             body(&[("file", None, b"")]),
             body(&[("file", None, b"x"), ("response_format", None, b"mp3")]),
             body(&[("file", None, b"x"), ("temperature", None, b"0.4")]),
-            body(&[("file", None, b"x"), ("prompt", None, b"Hello")]),
             body(&[
                 ("file", None, b"x"),
                 ("timestamp_granularities[]", None, b"word"),
