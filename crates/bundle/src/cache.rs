@@ -26,6 +26,8 @@ pub fn known_model_file(name: &str) -> Option<&'static str> {
         "all-minilm-l6-v2" => Some("all-minilm-l6-v2"),
         // A directory: en_US-joe-medium.onnx (a Piper VITS voice) and en_US-joe-medium.onnx.json.
         "piper-en-us-joe-medium" => Some("piper-en-us-joe-medium"),
+        // Silero VAD v6 (faster-whisper's copy).
+        "silero-vad" => Some("silero_vad_v6.onnx"),
         _ => None,
     }
 }

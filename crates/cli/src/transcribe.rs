@@ -4,9 +4,11 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use synaptix_infer::transcribe::{transcribe, TranscribeEvent, TranscribeOptions};
+use synaptix_infer::vad::{collect_chunks, speech_chunks, TimestampMap, VadOptions};
+use synaptix_models::silero_vad::SileroVad;
 use synaptix_models::whisper::{Whisper, WhisperFiles, WhisperTokens};
 use synaptix_tokenizer::Tokenizer;
 
@@ -19,8 +21,9 @@ use synaptix_tokenizer::Tokenizer;
     probability above 0.6 and average log-probability at most -1) skipped, and the text so far \
     (up to 223 tokens) fed back as the prompt of the next window. Temperature 0 only: there is \
     no fallback to sampling at higher temperatures when a window decodes badly (faster-whisper \
-    retries at 0.2, 0.4, ... 1.0), nor VAD. --word-timestamps times every word as \
-    faster-whisper's word_timestamps=True does.\n\n\
+    retries at 0.2, 0.4, ... 1.0). --word-timestamps times every word as faster-whisper's \
+    word_timestamps=True does, --vad-filter transcribes only the speech Silero VAD finds (its \
+    vad_filter=True).\n\n\
     Examples:\n  \
     scripts/fetch-models.sh whisper-base\n  \
     synaptix transcribe whisper-base speech.wav\n  \
@@ -29,7 +32,8 @@ use synaptix_tokenizer::Tokenizer;
     synaptix transcribe whisper-base speech.wav --beam-size 1 --no-condition-on-previous-text\n  \
     synaptix transcribe whisper-base speech.wav --no-timestamps\n  \
     synaptix transcribe whisper-base speech.wav --word-timestamps --json\n  \
-    synaptix transcribe whisper-base talk.wav --initial-prompt \"Glossary: Kubernetes, Rust.\""
+    synaptix transcribe whisper-base talk.wav --initial-prompt \"Glossary: Kubernetes, Rust.\"\n  \
+    scripts/fetch-models.sh silero-vad && synaptix transcribe whisper-base meeting.wav --vad-filter"
 )]
 pub struct TranscribeArgs {
     /// Whisper model directory in CTranslate2's layout (model.bin, config.json, tokenizer.json,
@@ -78,6 +82,14 @@ pub struct TranscribeArgs {
     /// a style the first window should follow; fed to the model as if transcribed before it
     #[arg(long, value_name = "TEXT")]
     pub initial_prompt: Option<String>,
+    /// Transcribe only the speech that Silero VAD finds (faster-whisper's vad_filter=True with
+    /// its default options): long silences are cut out before decoding and the times mapped
+    /// back onto the original audio
+    #[arg(long)]
+    pub vad_filter: bool,
+    /// The Silero VAD v6 ONNX file for --vad-filter (default: the fetched silero-vad)
+    #[arg(long, value_name = "FILE", default_value = "silero-vad")]
+    pub vad_model: PathBuf,
 }
 
 pub fn run(a: TranscribeArgs) -> Result<()> {
@@ -108,7 +120,24 @@ pub fn run(a: TranscribeArgs) -> Result<()> {
 
     let t1 = Instant::now();
     let samples = synaptix_audio::load_whisper_audio(&a.audio)?;
-    let mel = synaptix_audio::whisper_log_mel(&samples, model.dims().n_mels)?;
+    let vad = if a.vad_filter {
+        let path = synaptix_bundle::cache::resolve_model(&a.vad_model.to_string_lossy());
+        if !path.exists() {
+            bail!(
+                "--vad-filter: {} not found (fetch it with scripts/fetch-models.sh silero-vad, or name the file with --vad-model)",
+                path.display()
+            );
+        }
+        let vad = SileroVad::load(&path)?;
+        let probs = vad.speech_probs(&samples)?;
+        let chunks = speech_chunks(&probs, samples.len(), &VadOptions::default());
+        Some((collect_chunks(&samples, &chunks), chunks))
+    } else {
+        None
+    };
+    let speech = vad.as_ref().map_or(&samples[..], |(s, _)| &s[..]);
+    let map = vad.as_ref().map(|(_, chunks)| TimestampMap::new(chunks));
+    let mel = synaptix_audio::whisper_log_mel(speech, model.dims().n_mels)?;
     let mel_s = t1.elapsed().as_secs_f64();
     let audio_s = samples.len() as f64 / synaptix_audio::WHISPER_SAMPLE_RATE as f64;
 
@@ -148,6 +177,12 @@ pub fn run(a: TranscribeArgs) -> Result<()> {
                 let _ = writeln!(out, "{}", stream.finish());
             }
             TranscribeEvent::Segment(s) if !json => {
+                // With VAD, in the original audio's time.
+                let mut restored = s.clone();
+                if let Some(map) = &map {
+                    map.restore(std::slice::from_mut(&mut restored));
+                }
+                let s = &restored;
                 let _ = writeln!(
                     out,
                     "[{} --> {}]  {}",
@@ -170,7 +205,7 @@ pub fn run(a: TranscribeArgs) -> Result<()> {
             _ => {}
         }
     };
-    let result = transcribe(
+    let mut result = transcribe(
         &model,
         &mel.values,
         mel.frames,
@@ -179,6 +214,9 @@ pub fn run(a: TranscribeArgs) -> Result<()> {
         &decode,
         &mut on_event,
     )?;
+    if let Some(map) = &map {
+        map.restore(&mut result.segments);
+    }
     let text: String = result.segments.iter().map(|s| s.text.as_str()).collect();
     let all_tokens: Vec<u32> = result
         .segments
@@ -207,6 +245,13 @@ pub fn run(a: TranscribeArgs) -> Result<()> {
             "threads": threads,
             "timings": {"load_s": load_s, "mel_s": mel_s, "encode_s": encode_s, "decode_s": decode_s},
         });
+        if let Some((_, chunks)) = &vad {
+            // Speech kept by the VAD, in 16 kHz samples of the original audio.
+            out["vad_chunks"] = chunks
+                .iter()
+                .map(|c| serde_json::json!([c.start, c.end]))
+                .collect();
+        }
         if timestamps {
             out["segments"] = result
                 .segments

@@ -678,6 +678,64 @@ fn transcribe_word_timestamps_end_to_end() {
     assert_eq!(lines.len(), want.len() + words, "{stdout}");
 }
 
+/// `transcribe --vad-filter` on the Whisper fixture: faster-whisper's `vad_filter=True` speech
+/// chunk and segments (tests/fixtures/whisper/vad.json, the clip alone); a missing VAD model is
+/// a one-line error.
+#[test]
+fn transcribe_vad_filter_end_to_end() {
+    let dir = model("whisper-base");
+    let fixtures = format!(
+        "{}/../../tests/fixtures/whisper",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let g: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{fixtures}/vad.json")).unwrap())
+            .unwrap();
+    let clip = &g["clips"][0];
+    assert_eq!(clip["name"], "speech16k");
+    let wav = format!("{fixtures}/speech16k.wav");
+    let j = json_ok(&[
+        "transcribe",
+        &dir,
+        &wav,
+        "--vad-filter",
+        "--json",
+        "-t",
+        "2",
+    ]);
+    let chunks: Vec<serde_json::Value> = clip["speech_chunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| serde_json::json!([c["start"], c["end"]]))
+        .collect();
+    assert_eq!(j["vad_chunks"].as_array().unwrap(), &chunks);
+    let (got, want) = (
+        j["segments"].as_array().unwrap(),
+        clip["segments"].as_array().unwrap(),
+    );
+    assert_eq!(got.len(), want.len());
+    for (s, w) in got.iter().zip(want) {
+        for key in ["start", "end", "text", "tokens"] {
+            assert_eq!(s[key], w[key], "{key}");
+        }
+    }
+    let out = synaptix(&[
+        "transcribe",
+        &dir,
+        &wav,
+        "--vad-filter",
+        "--vad-model",
+        "/nowhere/vad.onnx",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.starts_with("error: --vad-filter: /nowhere/vad.onnx not found"),
+        "{stderr}"
+    );
+}
+
 /// `embed` end to end on all-MiniLM-L6-v2 against the goldens of
 /// `scripts/reference/make_embed_goldens.py`: token ids, embeddings within 1e-5, the default
 /// output's lines and similarity matrix, and `--file` giving the arguments' result.

@@ -12,6 +12,7 @@ mod engine;
 mod session;
 pub mod speak;
 pub mod transcribe;
+pub mod vad;
 pub mod words;
 
 pub use chat::{render_chat, render_chat_at, ChatMessage};

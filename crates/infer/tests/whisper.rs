@@ -434,3 +434,67 @@ fn initial_prompt_matches_faster_whisper() {
         }
     }
 }
+
+/// faster-whisper's `vad_filter=True` (`tests/fixtures/whisper/vad.json`,
+/// `make_whisper_vad_goldens.py`): Silero VAD's speech chunks equal `get_speech_timestamps`',
+/// and transcribing only their audio, times mapped back onto the original, gives the same
+/// segments (seek in the collected audio, start and end in the original, tokens, text).
+#[test]
+fn vad_filter_matches_faster_whisper() {
+    use synaptix_infer::vad::{collect_chunks, speech_chunks, TimestampMap, VadOptions};
+    use synaptix_models::silero_vad::SileroVad;
+    let Some(s) = Setup::load() else { return };
+    let vad_path = cache::models_dir().join("silero_vad_v6.onnx");
+    let vad = SileroVad::load(&vad_path).expect("scripts/fetch-models.sh silero-vad");
+    let text = std::fs::read_to_string(fixtures().join("vad.json")).expect("vad.json");
+    let golden: serde_json::Value = serde_json::from_str(&text).expect("valid json");
+    let clip = synaptix_audio::read_wav(&fixtures().join("speech16k.wav")).expect("wav fixture");
+    let decode = |ids: &[u32]| s.decode(ids);
+    for case in golden["clips"].as_array().expect("clips") {
+        let name = case["name"].as_str().expect("name");
+        let audio = assemble(&clip.samples, &case["parts"]);
+        let probs = vad.speech_probs(&audio).expect("probabilities");
+        let chunks = speech_chunks(&probs, audio.len(), &VadOptions::default());
+        let want_chunks: Vec<(u64, u64)> = case["speech_chunks"]
+            .as_array()
+            .expect("chunks")
+            .iter()
+            .map(|c| {
+                (
+                    c["start"].as_u64().expect("start"),
+                    c["end"].as_u64().expect("end"),
+                )
+            })
+            .collect();
+        let got_chunks: Vec<(u64, u64)> = chunks
+            .iter()
+            .map(|c| (c.start as u64, c.end as u64))
+            .collect();
+        assert_eq!(got_chunks, want_chunks, "{name}: speech chunks");
+        let speech = collect_chunks(&audio, &chunks);
+        let mel = synaptix_audio::whisper_log_mel(&speech, 80).expect("mel");
+        let options = TranscribeOptions::new(s.tokens.transcribe, None);
+        let mut got = transcribe(
+            &s.model,
+            &mel.values,
+            mel.frames,
+            &s.tokens,
+            &options,
+            &decode,
+            &mut |_| {},
+        )
+        .expect("transcribe");
+        TimestampMap::new(&chunks).restore(&mut got.segments);
+        let want = case["segments"].as_array().expect("segments");
+        assert_eq!(got.segments.len(), want.len(), "{name}: segment count");
+        for (i, (seg, w)) in got.segments.iter().zip(want).enumerate() {
+            let at = format!("{name} segment {i} ({:?})", seg.text);
+            assert_eq!(seg.tokens, ids(&w["tokens"]), "{at}: tokens");
+            assert_eq!(seg.seek as u64, w["seek"].as_u64().expect("seek"), "{at}");
+            for (got, key) in [(seg.start, "start"), (seg.end, "end")] {
+                let want = w[key].as_f64().expect(key);
+                assert!((got - want).abs() < 1e-9, "{at}: {key} {got} != {want}");
+            }
+        }
+    }
+}

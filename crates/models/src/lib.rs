@@ -19,6 +19,7 @@ mod hparams;
 pub mod llama;
 pub mod qwen2;
 pub mod qwen3;
+pub mod silero_vad;
 pub mod vits;
 pub mod whisper;
 
