@@ -65,7 +65,8 @@ use crate::http::{self, EventStream, HttpError, Request};
     /v1/audio/transcriptions and /v1/audio/translations, multipart/form-data. Fields: file (WAV,\n\
     FLAC, MP3 or Ogg Vorbis, up to 25 MiB), response_format (json, the default, text,\n\
     verbose_json, srt, vtt), language, timestamp_granularities[] (segment, word: with\n\
-    verbose_json), prompt (text before the speech), temperature (0 only), model (ignored). The decoding is `synaptix\n\
+    verbose_json), prompt (text before the speech), vad_filter (true: only the speech Silero\n\
+    VAD finds, when silero-vad is fetched), temperature (0 only), model (ignored). The decoding is `synaptix\n\
     transcribe`'s defaults.\n  \
     synaptix serve whisper-base --port 8080\n  \
     curl http://127.0.0.1:8080/v1/audio/transcriptions -F file=@speech.wav -F response_format=srt")]

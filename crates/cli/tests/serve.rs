@@ -888,6 +888,31 @@ fn transcriptions_match_synaptix_transcribe() {
         "{text}"
     );
 
+    // vad_filter: faster-whisper's vad_filter=True segments for the clip (vad.json).
+    let vad_golden: Value = serde_json::from_str(
+        &std::fs::read_to_string(format!(
+            "{}/../../tests/fixtures/whisper/vad.json",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let (status, _, body) = post(&[
+        ("file", Some("speech.wav"), &wav),
+        ("response_format", None, b"verbose_json"),
+        ("vad_filter", None, b"true"),
+    ]);
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    let want = vad_golden["clips"][0]["segments"].as_array().unwrap();
+    let got = v["segments"].as_array().unwrap();
+    assert_eq!(got.len(), want.len());
+    for (g, w) in got.iter().zip(want) {
+        for key in ["start", "end", "text", "tokens"] {
+            assert_eq!(g[key], w[key], "{key}");
+        }
+    }
+
     let readme = std::fs::read(format!("{}/../../README.md", env!("CARGO_MANIFEST_DIR"))).unwrap();
     for (parts, expect) in [
         (

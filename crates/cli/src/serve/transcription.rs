@@ -9,7 +9,9 @@
 //! - `timestamp_granularities[]`: `segment` and/or `word` (with `verbose_json`);
 //! - `model` (ignored: the server has one model);
 //! - `temperature`: only 0 (there is no fallback to sampling);
-//! - `prompt`: text before the speech (`transcribe --initial-prompt`).
+//! - `prompt`: text before the speech (`transcribe --initial-prompt`);
+//! - `vad_filter` (synaptix's own): `true` transcribes only the speech Silero VAD finds
+//!   (`transcribe --vad-filter`; the server loads the fetched `silero-vad` when it is there).
 //!
 //! The decoding is `synaptix transcribe`'s defaults (beam 5, timestamps, the previous text as
 //! prompt), so the text and segments are those it prints for the same file.
@@ -21,6 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use synaptix_infer::transcribe::{transcribe, Segment, TranscribeOptions};
+use synaptix_infer::vad::{collect_chunks, speech_chunks, TimestampMap, VadOptions};
+use synaptix_models::silero_vad::SileroVad;
 use synaptix_models::whisper::{Whisper, WhisperFiles, WhisperTokens};
 use synaptix_tokenizer::Tokenizer;
 
@@ -47,6 +51,12 @@ pub(super) fn run(a: ServeArgs) -> Result<()> {
             .map(|p| String::from_utf8_lossy(p).into_owned())
     })?;
     let model = Whisper::load(&files.model)?;
+    let vad_path = synaptix_bundle::cache::resolve_model("silero-vad");
+    let vad = if vad_path.exists() {
+        Some(SileroVad::load(&vad_path)?)
+    } else {
+        None
+    };
     let name = served_name(&a);
     let listener = bind(&a)?;
     eprintln!(
@@ -63,6 +73,7 @@ pub(super) fn run(a: ServeArgs) -> Result<()> {
         model,
         tokens,
         tokenizer,
+        vad,
     };
     serve_forever(listener, info, |request, conn| server.answer(request, conn));
     Ok(())
@@ -72,6 +83,7 @@ struct Transcriber {
     model: Whisper,
     tokens: WhisperTokens,
     tokenizer: Tokenizer,
+    vad: Option<SileroVad>,
 }
 
 /// One part of a `multipart/form-data` body.
@@ -172,6 +184,7 @@ struct TranscriptionRequest {
     language: Option<String>,
     words: bool,
     prompt: Option<String>,
+    vad_filter: bool,
 }
 
 fn parse_request(parts: Vec<Part>) -> std::result::Result<TranscriptionRequest, ApiError> {
@@ -181,6 +194,7 @@ fn parse_request(parts: Vec<Part>) -> std::result::Result<TranscriptionRequest, 
     let mut language = None;
     let mut words = false;
     let mut prompt = None;
+    let mut vad_filter = false;
     for part in parts {
         match part.name.as_str() {
             "file" => {
@@ -222,6 +236,17 @@ fn parse_request(parts: Vec<Part>) -> std::result::Result<TranscriptionRequest, 
                 }
             }
             "prompt" => prompt = Some(text(&part)).filter(|p| !p.is_empty()),
+            "vad_filter" => {
+                vad_filter = match text(&part).as_str() {
+                    "true" | "1" => true,
+                    "false" | "0" | "" => false,
+                    other => {
+                        return Err(ApiError::bad(format!(
+                            "vad_filter {other}: expected true or false"
+                        )))
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -241,6 +266,7 @@ fn parse_request(parts: Vec<Part>) -> std::result::Result<TranscriptionRequest, 
         language,
         words,
         prompt,
+        vad_filter,
     })
 }
 
@@ -314,7 +340,23 @@ impl Transcriber {
                     .replace(&scratch.display().to_string(), &req.filename),
             )
         })?;
-        let mel = synaptix_audio::whisper_log_mel(&samples, self.model.dims().n_mels)
+        let vad = match (req.vad_filter, &self.vad) {
+            (false, _) => None,
+            (true, None) => {
+                return Err(ApiError::bad(
+                    "vad_filter: this server has no VAD model (scripts/fetch-models.sh silero-vad, then restart it)",
+                ))
+            }
+            (true, Some(vad)) => {
+                let probs = vad
+                    .speech_probs(&samples)
+                    .map_err(|e| internal(format!("VAD failed: {e}")))?;
+                let chunks = speech_chunks(&probs, samples.len(), &VadOptions::default());
+                Some((collect_chunks(&samples, &chunks), TimestampMap::new(&chunks)))
+            }
+        };
+        let speech = vad.as_ref().map_or(&samples[..], |(s, _)| &s[..]);
+        let mel = synaptix_audio::whisper_log_mel(speech, self.model.dims().n_mels)
             .map_err(|e| ApiError::bad(e.to_string()))?;
         let mut options = TranscribeOptions::new(task, language);
         options.word_timestamps = req.words;
@@ -327,7 +369,7 @@ impl Transcriber {
         let decode = |ids: &[u32]| {
             String::from_utf8_lossy(&self.tokenizer.detokenize(ids, true, false)).into_owned()
         };
-        let result = transcribe(
+        let mut result = transcribe(
             &self.model,
             &mel.values,
             mel.frames,
@@ -337,6 +379,9 @@ impl Transcriber {
             &mut |_| {},
         )
         .map_err(|e| internal(format!("transcription failed: {e}")))?;
+        if let Some((_, map)) = &vad {
+            map.restore(&mut result.segments);
+        }
         let text: String = result.segments.iter().map(|s| s.text.as_str()).collect();
         let text = text.trim().to_string();
         let (kind, body) = match req.format {
