@@ -15,8 +15,8 @@ use std::path::PathBuf;
 
 use synaptix_bundle::cache;
 use synaptix_infer::transcribe::{
-    generate, split_at_timestamps, transcribe, SearchOptions, TimedTokens, TranscribeEvent,
-    TranscribeOptions,
+    generate, split_at_timestamps, transcribe, SearchOptions, Segment, TimedTokens,
+    TranscribeEvent, TranscribeOptions,
 };
 use synaptix_models::whisper::{Whisper, WhisperFiles, WhisperTokens, WINDOW_FRAMES};
 use synaptix_tokenizer::Tokenizer;
@@ -312,6 +312,42 @@ fn split_at_timestamps_like_faster_whisper() {
     assert_eq!(seek, 1234);
 }
 
+/// `transcribe` of 16 kHz `samples` with `options`, segments only (no events).
+fn run(s: &Setup, samples: &[f32], options: &TranscribeOptions) -> Vec<Segment> {
+    let decode = |ids: &[u32]| s.decode(ids);
+    let mel = synaptix_audio::whisper_log_mel(samples, 80).expect("mel");
+    transcribe(
+        &s.model,
+        &mel.values,
+        mel.frames,
+        &s.tokens,
+        options,
+        &decode,
+        &mut |_| {},
+    )
+    .expect("transcribe")
+    .segments
+}
+
+/// The segments equal faster-whisper's `want`: tokens, seek, start and end.
+fn assert_segments(name: &str, got: &[Segment], want: &serde_json::Value) {
+    let want = want.as_array().expect("segments");
+    assert_eq!(got.len(), want.len(), "{name}: segment count");
+    for (i, (seg, w)) in got.iter().zip(want).enumerate() {
+        let at = format!("{name} segment {i} ({:?})", seg.text);
+        assert_eq!(seg.tokens, ids(&w["tokens"]), "{at}: tokens");
+        assert_eq!(
+            seg.seek as u64,
+            w["seek"].as_u64().expect("seek"),
+            "{at}: seek"
+        );
+        for (got, key) in [(seg.start, "start"), (seg.end, "end")] {
+            let want = w[key].as_f64().expect(key);
+            assert!((got - want).abs() < 1e-9, "{at}: {key} {got} != {want}");
+        }
+    }
+}
+
 /// Word timestamps (faster-whisper's `word_timestamps=True`, beam 5, conditioning) on every
 /// input of `tests/fixtures/whisper/words.json` (`make_whisper_word_goldens.py`): the same
 /// segments (seek, start, end, tokens, text; times follow the words and so does seeking) and
@@ -324,42 +360,23 @@ fn word_timestamps_match_faster_whisper() {
     let text = std::fs::read_to_string(fixtures().join("words.json")).expect("words.json");
     let golden: serde_json::Value = serde_json::from_str(&text).expect("valid json");
     let clip = synaptix_audio::read_wav(&fixtures().join("speech16k.wav")).expect("wav fixture");
-    let decode = |ids: &[u32]| s.decode(ids);
     let cases = golden["clips"].as_array().expect("clips");
     assert_eq!(cases.len(), 3);
     let mut words_checked = 0;
     for case in cases {
         let name = case["name"].as_str().expect("name");
-        let samples = assemble(&clip.samples, &case["parts"]);
-        let mel = synaptix_audio::whisper_log_mel(&samples, 80).expect("mel");
         let options = TranscribeOptions {
             word_timestamps: true,
             ..TranscribeOptions::new(s.tokens.transcribe, None)
         };
-        let got = transcribe(
-            &s.model,
-            &mel.values,
-            mel.frames,
-            &s.tokens,
-            &options,
-            &decode,
-            &mut |_| {},
-        )
-        .expect("transcribe");
-        let want = case["segments"].as_array().expect("segments");
-        for (i, (seg, w)) in got.segments.iter().zip(want).enumerate() {
-            let at = format!("{name} segment {i} ({:?})", seg.text);
-            assert_eq!(seg.tokens, ids(&w["tokens"]), "{at}: tokens");
-            assert_eq!(
-                seg.seek as u64,
-                w["seek"].as_u64().expect("seek"),
-                "{at}: seek"
-            );
+        let got = run(&s, &assemble(&clip.samples, &case["parts"]), &options);
+        assert_segments(name, &got, &case["segments"]);
+        for (seg, w) in got
+            .iter()
+            .zip(case["segments"].as_array().expect("segments"))
+        {
+            let at = format!("{name} segment {:?}", seg.text);
             assert_eq!(seg.text, w["text"].as_str().expect("text"), "{at}: text");
-            for (got, key) in [(seg.start, "start"), (seg.end, "end")] {
-                let want = w[key].as_f64().expect(key);
-                assert!((got - want).abs() < 1e-9, "{at}: {key} {got} != {want}");
-            }
             let want_words = w["words"].as_array().expect("words");
             assert_eq!(seg.words.len(), want_words.len(), "{at}: word count");
             for (word, ww) in seg.words.iter().zip(want_words) {
@@ -378,7 +395,6 @@ fn word_timestamps_match_faster_whisper() {
                 words_checked += 1;
             }
         }
-        assert_eq!(got.segments.len(), want.len(), "{name}: segment count");
     }
     assert_eq!(words_checked, 191);
 }
@@ -399,38 +415,16 @@ fn initial_prompt_matches_faster_whisper() {
         .expect("encode");
     assert_eq!(prompt_ids, ids(&golden["prompt_ids"]));
     let clip = synaptix_audio::read_wav(&fixtures().join("speech16k.wav")).expect("wav fixture");
-    let decode = |ids: &[u32]| s.decode(ids);
     for (key, condition) in [("conditioned", true), ("unconditioned", false)] {
         for case in golden[key].as_array().expect(key) {
             let name = format!("{key}/{}", case["name"].as_str().expect("name"));
-            let samples = assemble(&clip.samples, &case["parts"]);
-            let mel = synaptix_audio::whisper_log_mel(&samples, 80).expect("mel");
             let options = TranscribeOptions {
                 initial_prompt: prompt_ids.clone(),
                 condition_on_previous_text: condition,
                 ..TranscribeOptions::new(s.tokens.transcribe, None)
             };
-            let got = transcribe(
-                &s.model,
-                &mel.values,
-                mel.frames,
-                &s.tokens,
-                &options,
-                &decode,
-                &mut |_| {},
-            )
-            .expect("transcribe");
-            let want = case["segments"].as_array().expect("segments");
-            assert_eq!(got.segments.len(), want.len(), "{name}: segment count");
-            for (i, (seg, w)) in got.segments.iter().zip(want).enumerate() {
-                let at = format!("{name} segment {i} ({:?})", seg.text);
-                assert_eq!(seg.tokens, ids(&w["tokens"]), "{at}: tokens");
-                assert_eq!(seg.seek as u64, w["seek"].as_u64().expect("seek"), "{at}");
-                for (got, key) in [(seg.start, "start"), (seg.end, "end")] {
-                    let want = w[key].as_f64().expect(key);
-                    assert!((got - want).abs() < 1e-9, "{at}: {key} {got} != {want}");
-                }
-            }
+            let got = run(&s, &assemble(&clip.samples, &case["parts"]), &options);
+            assert_segments(&name, &got, &case["segments"]);
         }
     }
 }
@@ -449,7 +443,6 @@ fn vad_filter_matches_faster_whisper() {
     let text = std::fs::read_to_string(fixtures().join("vad.json")).expect("vad.json");
     let golden: serde_json::Value = serde_json::from_str(&text).expect("valid json");
     let clip = synaptix_audio::read_wav(&fixtures().join("speech16k.wav")).expect("wav fixture");
-    let decode = |ids: &[u32]| s.decode(ids);
     for case in golden["clips"].as_array().expect("clips") {
         let name = case["name"].as_str().expect("name");
         let audio = assemble(&clip.samples, &case["parts"]);
@@ -472,29 +465,12 @@ fn vad_filter_matches_faster_whisper() {
             .collect();
         assert_eq!(got_chunks, want_chunks, "{name}: speech chunks");
         let speech = collect_chunks(&audio, &chunks);
-        let mel = synaptix_audio::whisper_log_mel(&speech, 80).expect("mel");
-        let options = TranscribeOptions::new(s.tokens.transcribe, None);
-        let mut got = transcribe(
-            &s.model,
-            &mel.values,
-            mel.frames,
-            &s.tokens,
-            &options,
-            &decode,
-            &mut |_| {},
-        )
-        .expect("transcribe");
-        TimestampMap::new(&chunks).restore(&mut got.segments);
-        let want = case["segments"].as_array().expect("segments");
-        assert_eq!(got.segments.len(), want.len(), "{name}: segment count");
-        for (i, (seg, w)) in got.segments.iter().zip(want).enumerate() {
-            let at = format!("{name} segment {i} ({:?})", seg.text);
-            assert_eq!(seg.tokens, ids(&w["tokens"]), "{at}: tokens");
-            assert_eq!(seg.seek as u64, w["seek"].as_u64().expect("seek"), "{at}");
-            for (got, key) in [(seg.start, "start"), (seg.end, "end")] {
-                let want = w[key].as_f64().expect(key);
-                assert!((got - want).abs() < 1e-9, "{at}: {key} {got} != {want}");
-            }
-        }
+        let mut got = run(
+            &s,
+            &speech,
+            &TranscribeOptions::new(s.tokens.transcribe, None),
+        );
+        TimestampMap::new(&chunks).restore(&mut got);
+        assert_segments(name, &got, &case["segments"]);
     }
 }
