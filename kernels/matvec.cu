@@ -2653,20 +2653,8 @@ extern "C" __global__ void q8_0_split(u8* __restrict__ out, const u8* __restrict
 // at a time (quantize.cu's arithmetic), d as the f16 the CPU stores; otherwise it rearranges the
 // quantized row `acts` (Q8_0 metadata at `meta`: half bits of d first). Every thread of the block
 // calls it; the caller synchronises the block before reading.
-// Q8S_NOINLINE_PROLOGUE=1 (an A/B define, twenty-fifth pass): the prologue is a called function,
-// so that the registers and the order the compiler gives the products' loop no longer depend on
-// which prologue the kernel holds (the bulk and quad kernels' loops ran the same shapes up to 4%
-// apart either way).
-#ifndef Q8S_NOINLINE_PROLOGUE
-#define Q8S_NOINLINE_PROLOGUE 0
-#endif
-#if Q8S_NOINLINE_PROLOGUE
-#define Q8S_PROLOGUE_INLINE __noinline__
-#else
-#define Q8S_PROLOGUE_INLINE __forceinline__
-#endif
 template <bool QUAD>
-__device__ Q8S_PROLOGUE_INLINE void q8s_acts_to_shared(u8* aq, float* ad, const u8* __restrict__ acts, i64 meta, int k,
+__device__ __forceinline__ void q8s_acts_to_shared(u8* aq, float* ad, const u8* __restrict__ acts, i64 meta, int k,
                                                    const float* __restrict__ x, const float* __restrict__ nw,
                                                    float eps) {
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, n_warps = blockDim.x / WARP;
