@@ -30,7 +30,7 @@ pub enum OutputFormat {
 #[command(after_help = "Examples:\n  synaptix bench model.gguf\n  \
     synaptix bench model.gguf -p 512 -n 128 -r 3 -t 2 -o json")]
 pub struct BenchArgs {
-    /// GGUF model file, or the name of a fetched model (gemma3-270m, qwen2.5-coder-0.5b)
+    /// GGUF model file or .syn bundle, or the name of a fetched model (gemma3-270m, qwen2.5-coder-0.5b)
     pub model: PathBuf,
     /// Prompt length for the prompt-processing test (0: skip)
     #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]

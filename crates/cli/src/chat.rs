@@ -35,7 +35,7 @@ pub enum Overflow {
     synaptix chat qwen2.5-coder-0.5b -s \"You are a terse assistant.\"\n  \
     synaptix chat model.gguf --chat-template template.jinja -c 8192 --context-overflow shift")]
 pub struct ChatArgs {
-    /// GGUF model file, or the name of a fetched model (gemma3-270m, qwen2.5-coder-0.5b)
+    /// GGUF model file or .syn bundle, or the name of a fetched model (gemma3-270m, qwen2.5-coder-0.5b)
     pub model: PathBuf,
     /// System message
     #[arg(short = 's', long)]

@@ -18,7 +18,7 @@ const ARRAY_PREVIEW: usize = 8;
                   synaptix inspect piper-en-us-joe-medium  # an ONNX model (a Piper voice)"
 )]
 pub struct InspectArgs {
-    /// GGUF file, CTranslate2 model.bin, .safetensors or .onnx file (or a directory holding
+    /// GGUF file, .syn bundle, CTranslate2 model.bin, .safetensors or .onnx file (or a directory holding
     /// model.bin, model.safetensors or one .onnx file), or the name of a fetched model
     pub file: PathBuf,
     /// Print one JSON object instead of tables
@@ -27,6 +27,9 @@ pub struct InspectArgs {
     /// Do not list individual tensors
     #[arg(long)]
     pub no_tensors: bool,
+    /// Check every tensor's bytes against a .syn bundle's checksums (reads the whole file)
+    #[arg(long)]
+    pub verify: bool,
 }
 
 pub fn run(mut a: InspectArgs) -> Result<()> {
@@ -41,6 +44,28 @@ pub fn run(mut a: InspectArgs) -> Result<()> {
         return inspect_ct2(&model_bin, &a);
     }
     let file = GgufFile::open(&a.file)?;
+    if a.verify && !file.is_syn() {
+        anyhow::bail!(
+            "--verify: {} is {}, which has no checksums (convert it to .syn to get them)",
+            a.file.display(),
+            file.format_label()
+        );
+    }
+    let verified = a.verify && {
+        let progress = !a.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let ok = file.verify_checksums(|done, total| {
+            if progress {
+                eprint!(
+                    "\rverifying {:>5.1}%",
+                    100.0 * done as f64 / total.max(1) as f64
+                );
+            }
+        })?;
+        if progress {
+            eprint!("\r{:30}\r", "");
+        }
+        ok
+    };
     let mut totals: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
     for t in file.tensors() {
         let e = totals.entry(t.dtype.name().to_string()).or_default();
@@ -80,7 +105,9 @@ pub fn run(mut a: InspectArgs) -> Result<()> {
             .collect();
         let out = serde_json::json!({
             "file": a.file.display().to_string(),
+            "format": if file.is_syn() { "syn" } else { "gguf" },
             "version": file.version,
+            "checksums_verified": verified,
             "alignment": file.alignment,
             "file_bytes": file.file_len(),
             "n_params": n_params,
@@ -93,13 +120,18 @@ pub fn run(mut a: InspectArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{}: GGUF v{}, {} metadata keys, {} tensors, {} parameters, {}",
+        "{}: {}, {} metadata keys, {} tensors, {} parameters, {}{}",
         a.file.display(),
-        file.version,
+        file.format_label(),
         file.metadata().len(),
         file.tensors().len(),
         human_count(n_params),
-        human_bytes(n_bytes)
+        human_bytes(n_bytes),
+        if verified {
+            ", every tensor's checksum verified"
+        } else {
+            ""
+        }
     );
     println!("\nmetadata:");
     let width = file

@@ -2,6 +2,7 @@
 
 mod bench;
 mod chat;
+mod convert;
 mod device;
 mod devices;
 mod dump;
@@ -47,7 +48,7 @@ enum Command {
     Run(run::RunArgs),
     /// Talk with a model: multi-turn, its chat template, the KV cache reused across turns
     Chat(chat::ChatArgs),
-    /// Show a model file's metadata and tensor table (GGUF, CTranslate2, safetensors, ONNX)
+    /// Show a model file's metadata and tensor table (GGUF, .syn, CTranslate2, safetensors, ONNX)
     Inspect(inspect::InspectArgs),
     /// Show how a model's tokenizer splits a text
     Tokenize(tokenize::TokenizeArgs),
@@ -59,6 +60,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Convert a GGUF file's weight matrices to another type (q8_0, q4_0, f16, ...)
     Quantize(quantize::QuantizeArgs),
+    /// Rewrite a model file in another container: GGUF to synaptix's .syn bundle and back
+    Convert(convert::ConvertArgs),
     /// Turn speech into text with a Whisper model (WAV, FLAC, MP3 or Ogg in; timestamped segments out)
     Transcribe(transcribe::TranscribeArgs),
     /// Turn sentences into embedding vectors (BERT sentence-transformers models)
@@ -107,6 +110,7 @@ fn main() -> ExitCode {
         Command::Devices(a) => devices::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Quantize(a) => quantize::run(a),
+        Command::Convert(a) => convert::run(a),
         Command::Transcribe(a) => transcribe::run(a),
         Command::Embed(a) => embed::run(a),
         Command::Speak(a) => speak::run(a),

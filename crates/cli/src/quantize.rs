@@ -19,6 +19,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use rayon::prelude::*;
 use synaptix_bundle::gguf::{GgufFile, GgufWriter, TensorInfo, Value};
+use synaptix_bundle::syn::{write_syn, SynTensor};
 use synaptix_core::DType;
 use synaptix_kernels_cpu::{dequantize, quantize_weights, QUANTIZE_TARGETS};
 
@@ -30,12 +31,14 @@ use synaptix_kernels_cpu::{dequantize, quantize_weights, QUANTIZE_TARGETS};
     Examples:\n  \
     synaptix quantize model-f16.gguf model-q4_k_m.gguf --type q4_k_m\n  \
     synaptix quantize model-f16.gguf model-q8_0.gguf --type q8_0 --pure\n  \
-    synaptix quantize model-q8_0.gguf model-q4_0.gguf --type q4_0 --allow-requantize --json"
+    synaptix quantize model-q8_0.gguf model-q4_0.gguf --type q4_0 --allow-requantize --json\n  \
+    synaptix quantize model-f16.gguf model-q4_k_m.syn --type q4_k_m   # a .syn bundle"
 )]
 pub struct QuantizeArgs {
-    /// The GGUF file to read
+    /// The model file to read (GGUF or .syn), or the name of a fetched model
     pub input: PathBuf,
-    /// The GGUF file to write (replaced if it exists)
+    /// The file to write (replaced if it exists): a .syn bundle when its name ends in .syn,
+    /// else GGUF
     pub output: PathBuf,
     /// The preset: the type of the weight matrices (some get more bits, as in llama-quantize)
     #[arg(long = "type", value_name = "TYPE")]
@@ -308,7 +311,8 @@ struct Plan {
     convert: bool,
 }
 
-pub fn run(a: QuantizeArgs) -> Result<()> {
+pub fn run(mut a: QuantizeArgs) -> Result<()> {
+    a.input = synaptix_bundle::cache::resolve_model(&a.input.to_string_lossy());
     crate::threads::init(a.threads)?;
     let preset = preset(&a.dtype).with_context(|| {
         format!(
@@ -381,27 +385,41 @@ pub fn run(a: QuantizeArgs) -> Result<()> {
         plans.push(Plan { dtype, convert });
     }
 
-    let mut w = GgufWriter::new();
-    w.version = input.version;
     // The input's metadata, then (moved to the end, as llama-quantize does) ggml's
     // GGML_QNT_VERSION and the file type.
-    for (key, value) in input.metadata() {
-        if key != "general.file_type" && key != "general.quantization_version" {
-            w.add_metadata(key.clone(), value.clone());
-        }
-    }
-    w.add_metadata("general.quantization_version", Value::U32(2));
-    w.add_metadata("general.file_type", Value::U32(preset.file_type));
-    for (t, plan) in order.iter().zip(&plans) {
-        let dims: Vec<u64> = t.shape.dims().iter().map(|&d| d as u64).collect();
-        let elements = t.elements() as usize;
-        let len = if plan.convert {
-            (elements / plan.dtype.block_len() * plan.dtype.block_bytes()) as u64
-        } else {
-            t.n_bytes
-        };
-        w.add_tensor_later(t.name.clone(), &dims, plan.dtype, len);
-    }
+    let to_syn = a
+        .output
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("syn"));
+    let mut metadata: Vec<(String, Value)> = input
+        .metadata()
+        .iter()
+        .filter(|(key, _)| {
+            key != "general.file_type"
+                && key != "general.quantization_version"
+                && !(to_syn && key == "general.alignment")
+        })
+        .cloned()
+        .collect();
+    metadata.push(("general.quantization_version".into(), Value::U32(2)));
+    metadata.push(("general.file_type".into(), Value::U32(preset.file_type)));
+    let specs: Vec<SynTensor> = order
+        .iter()
+        .zip(&plans)
+        .map(|(t, plan)| {
+            let elements = t.elements() as usize;
+            SynTensor {
+                name: t.name.clone(),
+                dims: t.shape.dims().iter().map(|&d| d as u64).collect(),
+                dtype: plan.dtype,
+                bytes: if plan.convert {
+                    (elements / plan.dtype.block_len() * plan.dtype.block_bytes()) as u64
+                } else {
+                    t.n_bytes
+                },
+            }
+        })
+        .collect();
 
     let file = std::fs::File::create(&a.output)
         .with_context(|| format!("cannot create {}", a.output.display()))?;
@@ -409,7 +427,7 @@ pub fn run(a: QuantizeArgs) -> Result<()> {
     let progress = !a.json && std::io::stderr().is_terminal();
     let n = plans.len();
     let mut failure: Option<anyhow::Error> = None;
-    let written = w.write_streaming(&mut out, |i| {
+    let fill = |i: usize| {
         let (t, plan) = (order[i], &plans[i]);
         if progress {
             eprint!("\r[{:>4}/{n}] {:<40.40}", i + 1, t.name);
@@ -423,7 +441,23 @@ pub fn run(a: QuantizeArgs) -> Result<()> {
             failure = Some(anyhow::anyhow!(msg.clone()));
             std::io::Error::other(msg)
         })
-    });
+    };
+    let written = if to_syn {
+        let source = serde_json::json!({"format": if input.is_syn() { "syn" } else { "gguf" },
+                                        "version": input.version, "quantized": preset.name});
+        write_syn(&mut out, &metadata, &specs, Some(source), fill)
+    } else {
+        let mut w = GgufWriter::new();
+        // A .syn input carries its own format version, not a GGUF one.
+        w.version = if input.is_syn() { 3 } else { input.version };
+        for (key, value) in metadata {
+            w.add_metadata(key, value);
+        }
+        for t in &specs {
+            w.add_tensor_later(t.name.clone(), &t.dims, t.dtype, t.bytes);
+        }
+        w.write_streaming(&mut out, fill)
+    };
     if progress {
         eprint!("\r{:60}\r", "");
     }

@@ -15,7 +15,7 @@ use crate::dump::NpyDump;
     synaptix run model.gguf \"Write a haiku about rust\" --chat --temp 0.7 --seed 1\n  \
     synaptix run model.gguf \"2+2=\" --temp 0 --json")]
 pub struct RunArgs {
-    /// GGUF model file, or the name of a fetched model (gemma3-270m, qwen2.5-coder-0.5b)
+    /// GGUF model file or .syn bundle, or the name of a fetched model (gemma3-270m, qwen2.5-coder-0.5b)
     pub model: PathBuf,
     /// Prompt text (use --file to read it from a file)
     #[arg(required_unless_present = "file")]

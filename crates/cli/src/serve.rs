@@ -71,7 +71,7 @@ use crate::http::{self, EventStream, HttpError, Request};
     synaptix serve whisper-base --port 8080\n  \
     curl http://127.0.0.1:8080/v1/audio/transcriptions -F file=@speech.wav -F response_format=srt")]
 pub struct ServeArgs {
-    /// GGUF model file, sentence-transformers directory (embeddings), Piper voice (.onnx or its
+    /// GGUF model file or .syn bundle, sentence-transformers directory (embeddings), Piper voice (.onnx or its
     /// directory: speech), Whisper directory (speech to text), or the name of a fetched model
     /// (gemma3-270m, qwen2.5-coder-0.5b, all-minilm-l6-v2, piper-en-us-joe-medium, whisper-base)
     pub model: PathBuf,

@@ -11,7 +11,7 @@ use synaptix_tokenizer::Tokenizer;
     synaptix tokenize model.gguf \"<|im_start|>user\" --json"
 )]
 pub struct TokenizeArgs {
-    /// GGUF model file or fetched model name (its tokenizer is read from the metadata)
+    /// GGUF model file, .syn bundle or fetched model name (its tokenizer is read from the metadata)
     pub model: PathBuf,
     /// Text to tokenize
     pub text: String,

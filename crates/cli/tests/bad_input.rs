@@ -54,8 +54,8 @@ fn random_bytes_and_truncated_files() {
         })
         .collect();
     let junk = s.file("junk.gguf", &noise);
-    fails(&["inspect", p(&junk)], "not a GGUF file");
-    fails(&["run", p(&junk), "hi"], "not a GGUF file");
+    fails(&["inspect", p(&junk)], "not a GGUF or .syn file");
+    fails(&["run", p(&junk), "hi"], "not a GGUF or .syn file");
 
     let bytes = tiny_gguf("llama").to_bytes();
     for cut in [3, 20, 40, bytes.len() / 2, bytes.len() - 1] {

@@ -17,7 +17,7 @@ pub enum GgufErrorKind {
     IsDirectory,
     #[error("file is empty")]
     Empty,
-    #[error("not a GGUF file (magic {found:02x?} at offset 0, expected \"GGUF\")")]
+    #[error("not a GGUF or .syn file (magic {found:02x?} at offset 0, expected \"GGUF\" or \"SYNAPTIX\")")]
     BadMagic { found: Vec<u8> },
     #[error("unsupported GGUF version {0} (supported: 2, 3)")]
     UnsupportedVersion(u32),
@@ -96,6 +96,16 @@ pub enum GgufErrorKind {
     BadMetadata { key: String, problem: String },
     #[error("no tensor named '{0}'")]
     MissingTensor(String),
+    #[error(".syn header: {0}")]
+    SynHeader(String),
+    #[error(".syn directory: {0}")]
+    SynDirectory(String),
+    #[error("{what} is damaged: checksum {found:016x}, the bundle says {expected:016x}")]
+    SynChecksum {
+        what: String,
+        expected: u64,
+        found: u64,
+    },
 }
 
 impl GgufError {

@@ -10,7 +10,7 @@
 //! [`GgufError`] naming the file, the key or tensor, and the byte offset.
 
 mod error;
-mod reader;
+pub(crate) mod reader;
 mod value;
 mod writer;
 

@@ -37,7 +37,8 @@ impl TensorInfo {
     }
 }
 
-/// A validated, memory-mapped GGUF file.
+/// A validated, memory-mapped LLM model file: GGUF, or a `.syn` bundle (`crate::syn`), which
+/// carries the same typed metadata and tensor types.
 pub struct GgufFile {
     path: PathBuf,
     map: Arc<Mmap>,
@@ -49,6 +50,8 @@ pub struct GgufFile {
     metadata_index: HashMap<String, usize>,
     tensors: Vec<TensorInfo>,
     tensor_index: HashMap<String, usize>,
+    /// A `.syn` bundle's per-tensor checksums (tensor order); `None` for GGUF.
+    checksums: Option<Vec<u64>>,
 }
 
 impl std::fmt::Debug for GgufFile {
@@ -63,7 +66,7 @@ impl std::fmt::Debug for GgufFile {
 }
 
 impl GgufFile {
-    /// Opens, maps and validates a GGUF file.
+    /// Opens, maps and validates a GGUF file or a `.syn` bundle (told apart by the magic).
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile, GgufError> {
         let path = path.as_ref();
         let err = |kind| GgufError::new(path, kind);
@@ -82,7 +85,11 @@ impl GgufFile {
     }
 
     fn parse(path: PathBuf, map: Arc<Mmap>) -> Result<GgufFile, GgufError> {
-        let parsed = parse_header(&map[..]);
+        let parsed = if map.starts_with(crate::syn::SYN_MAGIC) {
+            crate::syn::parse_header(&map[..])
+        } else {
+            parse_header(&map[..])
+        };
         match parsed {
             Ok(h) => {
                 let metadata_index = h
@@ -107,6 +114,7 @@ impl GgufFile {
                     metadata_index,
                     tensors: h.tensors,
                     tensor_index,
+                    checksums: h.checksums,
                 })
             }
             Err(kind) => Err(GgufError::new(path, kind)),
@@ -115,6 +123,47 @@ impl GgufFile {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether this is a `.syn` bundle (else GGUF).
+    pub fn is_syn(&self) -> bool {
+        self.checksums.is_some()
+    }
+
+    /// The container's name and version for reports: "GGUF v3", ".syn v1".
+    pub fn format_label(&self) -> String {
+        if self.is_syn() {
+            format!(".syn v{}", self.version)
+        } else {
+            format!("GGUF v{}", self.version)
+        }
+    }
+
+    /// Checks every tensor's bytes against a `.syn` bundle's checksums, calling
+    /// `progress(bytes done, bytes in all)` as it goes; `Ok(false)` for GGUF, which has none.
+    pub fn verify_checksums(&self, mut progress: impl FnMut(u64, u64)) -> Result<bool, GgufError> {
+        let Some(sums) = &self.checksums else {
+            return Ok(false);
+        };
+        let total: u64 = self.tensors.iter().map(|t| t.n_bytes).sum();
+        let mut done = 0u64;
+        for (t, &expected) in self.tensors.iter().zip(sums) {
+            let found = crate::syn::checksum_with_progress(self.tensor_bytes(t), 64 << 20, |d| {
+                progress(done + d, total)
+            });
+            done += t.n_bytes;
+            if found != expected {
+                return Err(GgufError::new(
+                    &self.path,
+                    K::SynChecksum {
+                        what: format!("tensor '{}'", t.name),
+                        expected,
+                        found,
+                    },
+                ));
+            }
+        }
+        Ok(true)
     }
 
     pub fn file_len(&self) -> u64 {
@@ -247,12 +296,15 @@ impl GgufFile {
     }
 }
 
-struct Header {
-    version: u32,
-    alignment: u64,
-    data_offset: u64,
-    metadata: Vec<(String, Value)>,
-    tensors: Vec<TensorInfo>,
+/// A parsed, validated header: GGUF's, or a `.syn` bundle's (`crate::syn`).
+pub(crate) struct Header {
+    pub(crate) version: u32,
+    pub(crate) alignment: u64,
+    pub(crate) data_offset: u64,
+    pub(crate) metadata: Vec<(String, Value)>,
+    pub(crate) tensors: Vec<TensorInfo>,
+    /// A `.syn` bundle's per-tensor XXH3-64 checksums, in tensor order; `None` for GGUF.
+    pub(crate) checksums: Option<Vec<u64>>,
 }
 
 /// A bounds-checked little-endian reader that knows its offset.
@@ -573,5 +625,6 @@ fn parse_header(buf: &[u8]) -> Result<Header, K> {
         data_offset,
         metadata,
         tensors,
+        checksums: None,
     })
 }
