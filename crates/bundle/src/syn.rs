@@ -13,7 +13,7 @@ use serde_json::{json, Map, Value as Json};
 use synaptix_core::{DType, Shape};
 use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 
-use crate::gguf::reader::Header;
+use crate::gguf::reader::{check_no_overlap, Header};
 use crate::gguf::{GgufErrorKind as K, TensorInfo, Value, ValueType};
 
 pub const SYN_MAGIC: &[u8; 8] = b"SYNAPTIX";
@@ -499,16 +499,7 @@ pub(crate) fn parse_header(buf: &[u8]) -> Result<Header, K> {
         });
         checksums.push(sum);
     }
-    let mut by_offset: Vec<&TensorInfo> = tensors.iter().filter(|t| t.n_bytes > 0).collect();
-    by_offset.sort_by_key(|t| t.file_offset);
-    for pair in by_offset.windows(2) {
-        if pair[0].file_offset + pair[0].n_bytes > pair[1].file_offset {
-            return Err(K::Overlap {
-                first: pair[0].name.clone(),
-                second: pair[1].name.clone(),
-            });
-        }
-    }
+    check_no_overlap(&tensors)?;
     Ok(Header {
         version,
         alignment,

@@ -154,17 +154,7 @@ pub fn run(a: ConvertArgs) -> Result<()> {
     // Read back what was written: the directory (at open) and, for a bundle, every checksum.
     let written = GgufFile::open(&a.output)
         .with_context(|| format!("{} was written but does not read back", a.output.display()))?;
-    let verified = written.verify_checksums(|done, total| {
-        if progress {
-            eprint!(
-                "\rverifying {:>5.1}%",
-                100.0 * done as f64 / total.max(1) as f64
-            );
-        }
-    })?;
-    if progress {
-        eprint!("\r{:60}\r", "");
-    }
+    let verified = verify_checksums(&written, progress)?;
     let dropped =
         usize::from(container == Container::Syn && input.get(GGUF_ALIGNMENT_KEY).is_some());
     let keys = input.metadata().len() - dropped;
@@ -206,4 +196,21 @@ pub fn run(a: ConvertArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Checks a `.syn` bundle's tensor checksums (`Ok(false)` for GGUF, which has none), with a
+/// percentage on stderr when `progress`.
+pub fn verify_checksums(file: &GgufFile, progress: bool) -> Result<bool> {
+    let verified = file.verify_checksums(|done, total| {
+        if progress {
+            eprint!(
+                "\rverifying {:>5.1}%",
+                100.0 * done as f64 / total.max(1) as f64
+            );
+        }
+    });
+    if progress {
+        eprint!("\r{:30}\r", "");
+    }
+    Ok(verified?)
 }

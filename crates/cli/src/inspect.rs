@@ -51,21 +51,11 @@ pub fn run(mut a: InspectArgs) -> Result<()> {
             file.format_label()
         );
     }
-    let verified = a.verify && {
-        let progress = !a.json && std::io::IsTerminal::is_terminal(&std::io::stderr());
-        let ok = file.verify_checksums(|done, total| {
-            if progress {
-                eprint!(
-                    "\rverifying {:>5.1}%",
-                    100.0 * done as f64 / total.max(1) as f64
-                );
-            }
-        })?;
-        if progress {
-            eprint!("\r{:30}\r", "");
-        }
-        ok
-    };
+    let verified = a.verify
+        && crate::convert::verify_checksums(
+            &file,
+            !a.json && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        )?;
     let mut totals: BTreeMap<String, (u64, u64, u64)> = BTreeMap::new();
     for t in file.tensors() {
         let e = totals.entry(t.dtype.name().to_string()).or_default();

@@ -1,18 +1,10 @@
 //! The binary end to end on the real models (`scripts/fetch-models.sh` fetches them).
 
-use std::process::{Command, Output};
+mod common;
 
-use synaptix_bundle::cache;
+use std::process::Command;
 
-fn model(file: &str) -> String {
-    let path = cache::models_dir().join(file);
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/fetch-models.sh",
-        path.display()
-    );
-    path.display().to_string()
-}
+use common::{golden, ids, json_ok, model, synaptix};
 
 fn gemma() -> String {
     model("gemma-3-270m-q4_k_m.gguf")
@@ -22,46 +14,6 @@ fn qwen() -> String {
     model("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf")
 }
 
-fn synaptix(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_synaptix"))
-        .args(args)
-        .output()
-        .expect("synaptix runs")
-}
-
-fn json_ok(args: &[&str]) -> serde_json::Value {
-    let out = synaptix(args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("stdout is JSON")
-}
-
-/// The goldens' first prompt for a model: (prompt, llama.cpp's prompt ids, greedy tokens).
-fn golden(name: &str) -> (String, Vec<u64>, Vec<u64>) {
-    let path = format!(
-        "{}/../../tests/fixtures/goldens/{name}.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let g: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let p = &g["prompts"][0];
-    let ids = |v: &serde_json::Value| {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap())
-            .collect()
-    };
-    (
-        p["prompt"].as_str().unwrap().to_string(),
-        ids(&p["prompt_ids"]),
-        ids(&p["generated"]),
-    )
-}
-
 #[test]
 fn run_json_greedy_matches_llama_cpp_end_to_end() {
     for (name, path) in [("gemma3-270m", gemma()), ("qwen2.5-coder-0.5b", qwen())] {
@@ -69,19 +21,12 @@ fn run_json_greedy_matches_llama_cpp_end_to_end() {
         let v = json_ok(&[
             "run", &path, &prompt, "--temp", "0", "-n", "16", "--json", "-t", "2",
         ]);
-        let got_prompt: Vec<u64> = v["prompt_tokens"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap())
-            .collect();
-        assert_eq!(got_prompt, prompt_ids, "{name}: prompt tokenization");
-        let got: Vec<u64> = v["tokens"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap())
-            .collect();
+        assert_eq!(
+            ids(&v["prompt_tokens"]),
+            prompt_ids,
+            "{name}: prompt tokenization"
+        );
+        let got = ids(&v["tokens"]);
         assert_eq!(got, want[..got.len()].to_vec(), "{name}: greedy tokens");
         assert!(!v["text"].as_str().unwrap().is_empty());
         assert!(v["timings"]["gen_tps"].as_f64().unwrap() > 0.0);

@@ -6,52 +6,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{fails, synaptix, Scratch};
-use synaptix_bundle::cache;
-
-fn model(file: &str) -> String {
-    let path = cache::models_dir().join(file);
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/fetch-models.sh",
-        path.display()
-    );
-    path.display().to_string()
-}
-
-fn json_ok(args: &[&str]) -> serde_json::Value {
-    let out = synaptix(args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("stdout is JSON")
-}
-
-fn ids(v: &serde_json::Value) -> Vec<u64> {
-    v.as_array()
-        .expect("an array")
-        .iter()
-        .map(|x| x.as_u64().expect("an id"))
-        .collect()
-}
-
-/// The goldens' first prompt for a model: (prompt, llama.cpp's prompt ids, greedy tokens).
-fn golden(name: &str) -> (String, Vec<u64>, Vec<u64>) {
-    let path = format!(
-        "{}/../../tests/fixtures/goldens/{name}.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let g: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let p = &g["prompts"][0];
-    (
-        p["prompt"].as_str().unwrap().to_string(),
-        ids(&p["prompt_ids"]),
-        ids(&p["generated"]),
-    )
-}
+use common::{fails, golden, ids, json_ok, model, Scratch};
 
 fn same_bytes(a: &Path, b: &Path) -> bool {
     std::fs::read(a).unwrap() == std::fs::read(b).unwrap()

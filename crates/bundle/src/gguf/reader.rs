@@ -607,7 +607,19 @@ fn parse_header(buf: &[u8]) -> Result<Header, K> {
         });
     }
 
-    // Overlapping tensor data means a corrupt or hostile table.
+    check_no_overlap(&tensors)?;
+    Ok(Header {
+        version,
+        alignment,
+        data_offset,
+        metadata,
+        tensors,
+        checksums: None,
+    })
+}
+
+/// Overlapping tensor data means a corrupt or hostile table (GGUF's and `.syn`'s).
+pub(crate) fn check_no_overlap(tensors: &[TensorInfo]) -> Result<(), K> {
     let mut by_offset: Vec<&TensorInfo> = tensors.iter().filter(|t| t.n_bytes > 0).collect();
     by_offset.sort_by_key(|t| t.file_offset);
     for pair in by_offset.windows(2) {
@@ -618,13 +630,5 @@ fn parse_header(buf: &[u8]) -> Result<Header, K> {
             });
         }
     }
-
-    Ok(Header {
-        version,
-        alignment,
-        data_offset,
-        metadata,
-        tensors,
-        checksums: None,
-    })
+    Ok(())
 }

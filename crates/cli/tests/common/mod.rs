@@ -61,3 +61,50 @@ pub fn fails(args: &[&str], expect: &str) -> String {
     );
     stderr
 }
+
+/// The path of a fetched model file (`scripts/fetch-models.sh` fetches them).
+pub fn model(file: &str) -> String {
+    let path = synaptix_bundle::cache::models_dir().join(file);
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/fetch-models.sh",
+        path.display()
+    );
+    path.display().to_string()
+}
+
+/// Runs synaptix, expects success, and parses its stdout as JSON.
+pub fn json_ok(args: &[&str]) -> serde_json::Value {
+    let out = synaptix(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("stdout is JSON")
+}
+
+/// A JSON array of token ids.
+pub fn ids(v: &serde_json::Value) -> Vec<u64> {
+    v.as_array()
+        .expect("an array")
+        .iter()
+        .map(|x| x.as_u64().expect("an id"))
+        .collect()
+}
+
+/// The goldens' first prompt for a model: (prompt, llama.cpp's prompt ids, greedy tokens).
+pub fn golden(name: &str) -> (String, Vec<u64>, Vec<u64>) {
+    let path = format!(
+        "{}/../../tests/fixtures/goldens/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let g: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let p = &g["prompts"][0];
+    (
+        p["prompt"].as_str().unwrap().to_string(),
+        ids(&p["prompt_ids"]),
+        ids(&p["generated"]),
+    )
+}
