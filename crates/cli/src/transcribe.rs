@@ -19,9 +19,10 @@ use synaptix_tokenizer::Tokenizer;
     beam search of 5, timestamp tokens splitting each 30-second window into segments, the next \
     window starting at the last complete segment's end, windows likely silent (no-speech \
     probability above 0.6 and average log-probability at most -1) skipped, and the text so far \
-    (up to 223 tokens) fed back as the prompt of the next window. Temperature 0 only: there is \
-    no fallback to sampling at higher temperatures when a window decodes badly (faster-whisper \
-    retries at 0.2, 0.4, ... 1.0). --word-timestamps times every word as faster-whisper's \
+    (up to 223 tokens) fed back as the prompt of the next window. By default at temperature 0 \
+    only; --temperature 0,0.2,0.4,0.6,0.8,1 (faster-whisper's default) decodes a window again, \
+    sampling at each higher temperature, while its text compresses too well (a repetition \
+    loop) or its log-probability is too low. --word-timestamps times every word as faster-whisper's \
     word_timestamps=True does, --vad-filter transcribes only the speech Silero VAD finds (its \
     vad_filter=True).\n\n\
     Examples:\n  \
@@ -31,6 +32,7 @@ use synaptix_tokenizer::Tokenizer;
     synaptix transcribe ~/models/whisper-base speech.wav --json\n  \
     synaptix transcribe whisper-base speech.wav --beam-size 1 --no-condition-on-previous-text\n  \
     synaptix transcribe whisper-base speech.wav --no-timestamps\n  \
+    synaptix transcribe whisper-base noisy.wav --temperature 0,0.2,0.4,0.6,0.8,1 --seed 7\n  \
     synaptix transcribe whisper-base speech.wav --word-timestamps --json\n  \
     synaptix transcribe whisper-base talk.wav --initial-prompt \"Glossary: Kubernetes, Rust.\"\n  \
     scripts/fetch-models.sh silero-vad && synaptix transcribe whisper-base meeting.wav --vad-filter"
@@ -90,10 +92,33 @@ pub struct TranscribeArgs {
     /// The Silero VAD v6 ONNX file for --vad-filter (default: the fetched silero-vad)
     #[arg(long, value_name = "FILE", default_value = "silero-vad")]
     pub vad_model: PathBuf,
+    /// Temperatures to decode a window at, in turn, until its result passes the compression
+    /// and log-probability thresholds (faster-whisper's fallback): 0 is the beam search, higher
+    /// ones sample --best-of hypotheses. Comma-separated; faster-whisper's default is
+    /// 0,0.2,0.4,0.6,0.8,1
+    #[arg(long, value_name = "T,...", default_value = "0", value_delimiter = ',')]
+    pub temperature: Vec<f32>,
+    /// Hypotheses sampled at each temperature above 0 (the best is kept)
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+    pub best_of: u64,
+    /// With fallback: a result whose text's zlib compression ratio exceeds this is decoded
+    /// again at the next temperature
+    #[arg(long, value_name = "RATIO", default_value_t = 2.4)]
+    pub compression_ratio_threshold: f64,
+    /// Seed of the sampling at temperatures above 0 (the same seed gives the same text)
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
 }
 
 pub fn run(a: TranscribeArgs) -> Result<()> {
     crate::device::require_cpu(&a.device, "transcribe runs")?;
+    if let Some(t) = a
+        .temperature
+        .iter()
+        .find(|t| !t.is_finite() || **t < 0.0 || **t > 2.0)
+    {
+        bail!("--temperature {t}: each temperature must be between 0 and 2");
+    }
     let model_arg = synaptix_bundle::cache::resolve_model(&a.model.to_string_lossy());
     let threads = crate::threads::init(a.threads)?;
     let t0 = Instant::now();
@@ -151,6 +176,10 @@ pub fn run(a: TranscribeArgs) -> Result<()> {
     options.beam_size = a.beam_size as usize;
     options.condition_on_previous_text = !a.no_condition_on_previous_text;
     options.word_timestamps = a.word_timestamps;
+    options.temperatures = a.temperature.clone();
+    options.best_of = a.best_of as usize;
+    options.compression_ratio_threshold = Some(a.compression_ratio_threshold);
+    options.seed = a.seed;
     if let Some(prompt) = &a.initial_prompt {
         options.initial_prompt = tokenizer
             .encode(&format!(" {}", prompt.trim()), false, false)
@@ -264,6 +293,8 @@ pub fn run(a: TranscribeArgs) -> Result<()> {
                         "tokens": s.tokens,
                         "avg_logprob": s.avg_logprob,
                         "no_speech_prob": s.no_speech_prob,
+                        "temperature": s.temperature,
+                        "compression_ratio": s.compression_ratio,
                     });
                     if a.word_timestamps {
                         seg["words"] = s

@@ -156,6 +156,14 @@ fn transcribe_bad_input() {
         "--language xx: not a language of this model",
     );
     fails(&["transcribe", p(&real), p(&nowhere)], "nowhere");
+    fails(
+        &["transcribe", p(&real), "a.wav", "--temperature", "0,3"],
+        "--temperature 3: each temperature must be between 0 and 2",
+    );
+    fails(
+        &["transcribe", p(&real), "a.wav", "--temperature", "hot"],
+        "invalid value 'hot'",
+    );
     let text = s.file("text.wav", b"hello, this is not audio at all\n");
     fails(
         &["transcribe", p(&real), p(&text)],

@@ -14,6 +14,7 @@ use synaptix_models::whisper::{
     DecoderCache, EncodedAudio, Whisper, WhisperTokens, MAX_TEXT_POSITIONS, WINDOW_FRAMES,
 };
 use synaptix_models::ModelError;
+use synaptix_sample::SplitMix64;
 
 use crate::words::{add_word_timestamps, last_end, TimedPiece, Window, Word};
 
@@ -139,6 +140,66 @@ impl Rules<'_> {
     }
 }
 
+/// What every search starts from: the prompt run through the decoder.
+struct Start<'a> {
+    rules: Rules<'a>,
+    /// The decoder cache after the prompt, and the logits of its last position.
+    cache: DecoderCache,
+    logits: Vec<f32>,
+    /// The probability of `<|nospeech|>` right after start-of-transcript.
+    no_speech_prob: f32,
+    /// CTranslate2's `max_length` for faster-whisper's 448: `min(224, 449 - prompt length)`.
+    max_steps: usize,
+}
+
+/// Runs `prompt` through the decoder (to start-of-transcript first, for the no-speech
+/// probability) and sets up the rules for what follows it.
+fn start<'a>(
+    model: &Whisper,
+    audio: &EncodedAudio,
+    prompt: &[u32],
+    tokens: &'a WhisperTokens,
+    options: &SearchOptions,
+) -> Result<Start<'a>> {
+    let vocab = model.dims().vocab;
+    let (ts_begin, eot) = (tokens.timestamp_begin as usize, tokens.eot);
+    if eot as usize >= ts_begin || ts_begin >= vocab {
+        return Err(invalid(format!(
+            "end-of-text {eot} and the first timestamp {ts_begin} do not fit a vocabulary of {vocab}"
+        )));
+    }
+    let sot_at = prompt
+        .iter()
+        .position(|&t| t == tokens.sot)
+        .ok_or_else(|| invalid("the prompt has no <|startoftranscript|>"))?;
+    let rules = Rules {
+        tokens,
+        timestamps: prompt.last() != Some(&tokens.no_timestamps),
+        max_initial: ts_begin.saturating_add(options.max_initial_timestamp_index),
+    };
+    let mut cache = model.new_cache();
+    let at_sot = model.decode(audio, &mut cache, &prompt[..=sot_at])?;
+    let no_speech_prob = match tokens.no_speech {
+        Some(id) if (id as usize) < vocab => {
+            (at_sot[id as usize] as f64 - log_sum_exp(&at_sot)).exp() as f32
+        }
+        _ => 0.0,
+    };
+    let logits = if sot_at + 1 < prompt.len() {
+        model.decode(audio, &mut cache, &prompt[sot_at + 1..])?
+    } else {
+        at_sot
+    };
+    Ok(Start {
+        rules,
+        cache,
+        logits,
+        no_speech_prob,
+        max_steps: (MAX_TEXT_POSITIONS / 2)
+            .min((MAX_TEXT_POSITIONS + 1).saturating_sub(prompt.len())),
+    })
+}
+
 /// Decodes one encoded window after `prompt` as CTranslate2's `Whisper.generate` with
 /// faster-whisper's options: `[<|startofprev|>, previous text...,] <|startoftranscript|>,
 /// language, task[, <|notimestamps|>]`; timestamp tokens unless the prompt ends in
@@ -169,41 +230,19 @@ pub fn generate(
     options: &SearchOptions,
     on_token: &mut dyn FnMut(u32),
 ) -> Result<Hypothesis> {
-    let vocab = model.dims().vocab;
-    let (ts_begin, eot) = (tokens.timestamp_begin as usize, tokens.eot);
-    if eot as usize >= ts_begin || ts_begin >= vocab {
-        return Err(invalid(format!(
-            "end-of-text {eot} and the first timestamp {ts_begin} do not fit a vocabulary of {vocab}"
-        )));
-    }
     let beam_size = options.beam_size;
     if beam_size == 0 {
         return Err(invalid("the beam size must be at least 1"));
     }
-    let sot_at = prompt
-        .iter()
-        .position(|&t| t == tokens.sot)
-        .ok_or_else(|| invalid("the prompt has no <|startoftranscript|>"))?;
-    let rules = Rules {
-        tokens,
-        timestamps: prompt.last() != Some(&tokens.no_timestamps),
-        max_initial: ts_begin.saturating_add(options.max_initial_timestamp_index),
-    };
-    let mut cache = model.new_cache();
-    let at_sot = model.decode(audio, &mut cache, &prompt[..=sot_at])?;
-    let no_speech_prob = match tokens.no_speech {
-        Some(id) if (id as usize) < vocab => {
-            (at_sot[id as usize] as f64 - log_sum_exp(&at_sot)).exp() as f32
-        }
-        _ => 0.0,
-    };
-    let mut logits = if sot_at + 1 < prompt.len() {
-        model.decode(audio, &mut cache, &prompt[sot_at + 1..])?
-    } else {
-        at_sot
-    };
-    let max_steps =
-        (MAX_TEXT_POSITIONS / 2).min((MAX_TEXT_POSITIONS + 1).saturating_sub(prompt.len()));
+    let vocab = model.dims().vocab;
+    let eot = tokens.eot;
+    let Start {
+        rules,
+        cache,
+        mut logits,
+        no_speech_prob,
+        max_steps,
+    } = start(model, audio, prompt, tokens, options)?;
     // The live hypotheses: tokens, summed log-probability, decoder cache.
     let mut history: Vec<Vec<u32>> = vec![Vec::new()];
     let mut scores: Vec<f32> = vec![0.0];
@@ -290,6 +329,116 @@ pub fn generate(
     })
 }
 
+/// How [`sample`] draws: the temperature (above 0) and the hypotheses drawn.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampling {
+    pub temperature: f32,
+    pub best_of: usize,
+}
+
+/// Decodes one encoded window after `prompt` by random sampling, as faster-whisper asks
+/// CTranslate2 to at a temperature above 0 (`beam_size=1`, `num_hypotheses=best_of`,
+/// `sampling_topk=0`): `best_of` hypotheses drawn independently, each step applying the rules
+/// of [`generate`], taking log-softmax, and drawing a token from the whole vocabulary with
+/// probabilities proportional to `exp(log-probability / temperature)`. A hypothesis' score sums
+/// its tokens' log-probabilities before the temperature (end-of-text's included); the kept one
+/// has the highest score over its length (the first on ties). The draws come from `rng`, so
+/// they are synaptix's own, reproducible by seed, not CTranslate2's.
+pub fn sample(
+    model: &Whisper,
+    audio: &EncodedAudio,
+    prompt: &[u32],
+    tokens: &WhisperTokens,
+    options: &SearchOptions,
+    sampling: Sampling,
+    rng: &mut SplitMix64,
+) -> Result<Hypothesis> {
+    let Sampling {
+        temperature,
+        best_of,
+    } = sampling;
+    if temperature.is_nan() || temperature <= 0.0 || best_of == 0 {
+        return Err(invalid(format!(
+            "sampling needs a temperature above 0 and at least one hypothesis (got {temperature}, {best_of})"
+        )));
+    }
+    let vocab = model.dims().vocab;
+    let eot = tokens.eot;
+    let Start {
+        rules,
+        cache,
+        logits,
+        no_speech_prob,
+        max_steps,
+    } = start(model, audio, prompt, tokens, options)?;
+    // Every hypothesis starts from the prompt's logits; `live` indexes the unfinished ones.
+    let mut history: Vec<Vec<u32>> = vec![Vec::new(); best_of];
+    let mut scores = vec![0f64; best_of];
+    let mut done = vec![false; best_of];
+    let mut caches: Vec<Option<DecoderCache>> = vec![Some(cache); best_of];
+    let mut live: Vec<usize> = (0..best_of).collect();
+    let mut rows: Vec<f32> = logits.repeat(best_of);
+    let inv_t = 1.0 / temperature as f64;
+    let mut weights = vec![0f64; vocab];
+    for step in 0..max_steps {
+        let mut next_live = Vec::with_capacity(live.len());
+        let mut last = Vec::with_capacity(live.len());
+        for (row, &h) in rows.chunks_exact_mut(vocab).zip(&live) {
+            rules.apply(row, &history[h]);
+            let lse = log_sum_exp(row);
+            let max = row.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v)) as f64;
+            let mut total = 0.0;
+            for (w, &v) in weights.iter_mut().zip(row.iter()) {
+                *w = ((v as f64 - max) * inv_t).exp();
+                total += *w;
+            }
+            let target = rng.next_f64() * total;
+            let mut acc = 0.0;
+            let mut token = None;
+            for (j, &w) in weights.iter().enumerate() {
+                if w > 0.0 {
+                    acc += w;
+                    token = Some(j);
+                    if acc > target {
+                        break;
+                    }
+                }
+            }
+            let token = token.ok_or_else(|| invalid("every token is disabled"))?;
+            scores[h] += row[token] as f64 - lse;
+            if token as u32 == eot || step + 1 == max_steps {
+                if token as u32 != eot {
+                    history[h].push(token as u32);
+                }
+                done[h] = true;
+            } else {
+                history[h].push(token as u32);
+                next_live.push(h);
+                last.push(token as u32);
+            }
+        }
+        if next_live.is_empty() {
+            break;
+        }
+        // The caches of the hypotheses still running, in `next_live` order.
+        let mut step_caches: Vec<DecoderCache> =
+            next_live.iter().filter_map(|&h| caches[h].take()).collect();
+        rows = model.decode_step(audio, &mut step_caches, &last)?;
+        for (&h, c) in next_live.iter().zip(step_caches) {
+            caches[h] = Some(c);
+        }
+        live = next_live;
+    }
+    debug_assert!(done.iter().all(|&d| d));
+    let normalized = |h: usize| scores[h] / history[h].len().max(1) as f64;
+    let best = (0..best_of).fold(0, |b, h| if normalized(h) > normalized(b) { h } else { b });
+    Ok(Hypothesis {
+        tokens: std::mem::take(&mut history[best]),
+        sum_logprob: scores[best],
+        no_speech_prob,
+    })
+}
+
 /// The `k` best of `scores` as (index, score), best first; lower index first on ties.
 fn top_k(scores: &[f32], k: usize) -> Vec<(usize, f32)> {
     let mut top: Vec<(usize, f32)> = Vec::with_capacity(k + 1);
@@ -342,12 +491,28 @@ pub struct TranscribeOptions {
     /// the first window as if it had been transcribed before it (and, without conditioning on
     /// previous text, before the first window only).
     pub initial_prompt: Vec<u32>,
+    /// faster-whisper's temperature fallback: a window is decoded at each of these in turn
+    /// until one result passes the thresholds below (0: the beam search, above 0: `best_of`
+    /// sampled hypotheses); `[0.0]` (the default here) never falls back.
+    pub temperatures: Vec<f32>,
+    /// Hypotheses sampled at each temperature above 0.
+    pub best_of: usize,
+    /// A result whose text's compression ratio (UTF-8 bytes over zlib bytes) exceeds this
+    /// falls back (repetition loops compress well).
+    pub compression_ratio_threshold: Option<f64>,
+    /// A window decoded at a temperature above this no longer carries the earlier text into the
+    /// next window's prompt.
+    pub prompt_reset_on_temperature: f32,
+    /// The seed of the sampling draws.
+    pub seed: u64,
 }
 
 impl TranscribeOptions {
-    /// faster-whisper's defaults (at temperature 0): timestamps, beam 5, conditioning on the
-    /// previous text, no-speech threshold 0.6, log-probability threshold -1.0, first timestamp
-    /// within 1 s.
+    /// faster-whisper's defaults, at temperature 0 alone (no fallback unless `temperatures` is
+    /// set, e.g. to [`TranscribeOptions::FALLBACK_TEMPERATURES`]): timestamps, beam 5,
+    /// conditioning on the previous text, no-speech threshold 0.6, log-probability threshold
+    /// -1.0, compression ratio threshold 2.4, best of 5, prompt reset above 0.5, first
+    /// timestamp within 1 s.
     pub fn new(task: u32, language: Option<u32>) -> TranscribeOptions {
         TranscribeOptions {
             task,
@@ -360,8 +525,16 @@ impl TranscribeOptions {
             max_initial_timestamp: 1.0,
             word_timestamps: false,
             initial_prompt: Vec::new(),
+            temperatures: vec![0.0],
+            best_of: 5,
+            compression_ratio_threshold: Some(2.4),
+            prompt_reset_on_temperature: 0.5,
+            seed: 0,
         }
     }
+
+    /// faster-whisper's fallback temperatures: 0, 0.2, 0.4, 0.6, 0.8, 1.
+    pub const FALLBACK_TEMPERATURES: [f32; 6] = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0];
 }
 
 /// A stretch of transcribed speech.
@@ -380,6 +553,10 @@ pub struct Segment {
     /// Its window's average log-probability and no-speech probability.
     pub avg_logprob: f64,
     pub no_speech_prob: f32,
+    /// The temperature its window's result was decoded at (the last one tried when every
+    /// result failed the thresholds), and that result's compression ratio.
+    pub temperature: f32,
+    pub compression_ratio: f64,
     /// Its words, with word timestamps (else empty).
     pub words: Vec<Word>,
 }
@@ -409,9 +586,123 @@ pub struct Transcription {
     pub decode_s: f64,
 }
 
+/// faster-whisper's `get_compression_ratio`: the text's UTF-8 bytes over the size zlib
+/// (`zlib.compress`'s level 6, the system zlib's deflate) compresses them to.
+pub fn compression_ratio(text: &str) -> f64 {
+    use std::io::Write;
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::new(6));
+    // Writing into a Vec cannot fail.
+    let _ = z.write_all(text.as_bytes());
+    let compressed = z.finish().map(|v| v.len()).unwrap_or(1).max(1);
+    text.len() as f64 / compressed as f64
+}
+
+/// One window's kept result and how it was decoded.
+struct Decoded {
+    hypothesis: Hypothesis,
+    temperature: f32,
+    compression_ratio: f64,
+}
+
+/// faster-whisper's `generate_with_fallback`: the window decoded at each temperature in turn
+/// until a result needs no fallback: its compression ratio at most the threshold and its
+/// average log-probability at least the threshold, or a likely silence (no-speech probability
+/// above its threshold with a low log-probability: left for the caller to skip). When every
+/// result fails, the one with the highest average log-probability among those under the
+/// compression threshold (else among all) is kept, reported at the last temperature tried.
+#[allow(clippy::too_many_arguments)]
+fn decode_with_fallback(
+    model: &Whisper,
+    audio: &EncodedAudio,
+    prompt: &[u32],
+    tokens: &WhisperTokens,
+    search: &SearchOptions,
+    options: &TranscribeOptions,
+    text_of: &dyn Fn(&[u32]) -> String,
+    rng: &mut SplitMix64,
+    on_token: &mut dyn FnMut(u32),
+) -> Result<Decoded> {
+    let temperatures: &[f32] = if options.temperatures.is_empty() {
+        &[0.0]
+    } else {
+        &options.temperatures
+    };
+    let mut all: Vec<Decoded> = Vec::new();
+    let mut below_threshold: Vec<usize> = Vec::new();
+    for &temperature in temperatures {
+        let hypothesis = if temperature > 0.0 {
+            sample(
+                model,
+                audio,
+                prompt,
+                tokens,
+                search,
+                Sampling {
+                    temperature,
+                    best_of: options.best_of,
+                },
+                rng,
+            )?
+        } else if temperatures.len() == 1 {
+            generate(model, audio, prompt, tokens, search, on_token)?
+        } else {
+            generate(model, audio, prompt, tokens, search, &mut |_| {})?
+        };
+        let ratio = compression_ratio(text_of(&hypothesis.tokens).trim());
+        let avg = hypothesis.avg_logprob();
+        let low_logprob = options.log_prob_threshold.is_some_and(|t| avg < t);
+        let mut fallback = low_logprob;
+        if options
+            .compression_ratio_threshold
+            .is_some_and(|t| ratio > t)
+        {
+            fallback = true;
+        } else {
+            below_threshold.push(all.len());
+        }
+        if low_logprob
+            && options
+                .no_speech_threshold
+                .is_some_and(|t| hypothesis.no_speech_prob as f64 > t)
+        {
+            fallback = false;
+        }
+        all.push(Decoded {
+            hypothesis,
+            temperature,
+            compression_ratio: ratio,
+        });
+        if !fallback {
+            let kept = all.pop().expect("just pushed");
+            if temperatures.len() > 1 {
+                kept.hypothesis.tokens.iter().for_each(|&t| on_token(t));
+            }
+            return Ok(kept);
+        }
+    }
+    let pool: Vec<usize> = if below_threshold.is_empty() {
+        (0..all.len()).collect()
+    } else {
+        below_threshold
+    };
+    // Python's max: the first of the highest.
+    let best = pool.iter().copied().fold(pool[0], |b, i| {
+        if all[i].hypothesis.avg_logprob() > all[b].hypothesis.avg_logprob() {
+            i
+        } else {
+            b
+        }
+    });
+    let mut kept = all.swap_remove(best);
+    kept.temperature = *temperatures.last().expect("at least one temperature");
+    kept.hypothesis.tokens.iter().for_each(|&t| on_token(t));
+    Ok(kept)
+}
+
 /// Transcribes a whole log-mel spectrogram (`mel: [n_mels, frames]` row-major, as
 /// `whisper_log_mel` returns it) window by window, following faster-whisper 1.2.1's
-/// `generate_segments` at temperature 0 without fallback, VAD or hotwords; with `word_timestamps` as its `word_timestamps=True` (without the hallucination
+/// `generate_segments` without VAD or hotwords, each window decoded by `decode_with_fallback` at
+/// `options.temperatures` (by default 0 alone); with `word_timestamps` as its `word_timestamps=True` (without the hallucination
 /// silence threshold, off by default there too).
 ///
 /// With timestamps (the default): the content frames (all but the last) are read in windows
@@ -475,6 +766,7 @@ pub fn transcribe(
     let mut previous: Vec<u32> = options.initial_prompt.clone();
     let mut prompt_since = 0;
     let mut seek = 0usize;
+    let mut rng = SplitMix64::new(options.seed);
     // faster-whisper's last_speech_timestamp (word timestamps): where speech last ended.
     let mut last_speech_timestamp = 0.0f64;
     loop {
@@ -523,7 +815,13 @@ pub fn transcribe(
             prompt.push(tokens.no_timestamps);
         }
         let on_token = &mut |id| on_event(TranscribeEvent::Token(id));
-        let generated = generate(model, &encoded, &prompt, tokens, &search, on_token)?;
+        let Decoded {
+            hypothesis: generated,
+            temperature,
+            compression_ratio,
+        } = decode_with_fallback(
+            model, &encoded, &prompt, tokens, &search, options, &text_of, &mut rng, on_token,
+        )?;
         result.decode_s += started.elapsed().as_secs_f64();
         let avg_logprob = generated.avg_logprob();
         let time_offset = seek as f64 * TIME_PER_FRAME;
@@ -537,6 +835,8 @@ pub fn transcribe(
                 tokens: generated.tokens,
                 avg_logprob,
                 no_speech_prob: generated.no_speech_prob,
+                temperature,
+                compression_ratio,
                 words: Vec::new(),
             });
             seek += WINDOW_FRAMES;
@@ -624,6 +924,8 @@ pub fn transcribe(
                     text,
                     avg_logprob,
                     no_speech_prob: generated.no_speech_prob,
+                    temperature,
+                    compression_ratio,
                     words: times.words,
                 });
             }
@@ -634,7 +936,8 @@ pub fn transcribe(
             on_event(TranscribeEvent::Segment(&segment));
             result.segments.push(segment);
         }
-        if !options.condition_on_previous_text {
+        if !options.condition_on_previous_text || temperature > options.prompt_reset_on_temperature
+        {
             prompt_since = previous.len();
         }
         if !options.timestamps && content == 0 {

@@ -474,3 +474,84 @@ fn vad_filter_matches_faster_whisper() {
         assert_segments(name, &got, &case["segments"]);
     }
 }
+
+/// faster-whisper's temperature fallback (`tests/fixtures/whisper/fallback.json`,
+/// `make_whisper_fallback_goldens.py`). At temperature 0 every segment's compression ratio is
+/// faster-whisper's (zlib's compressed size, so the fallback decisions agree). With its default
+/// temperatures, the clean clips never fall back and give faster-whisper's segments, while the
+/// clip that repeats "The quick brown fox" falls back on its window as faster-whisper's did; what
+/// the sampling then draws is synaptix's own (a result kept before the last temperature passes
+/// both thresholds) and the same seed draws it again.
+#[test]
+fn temperature_fallback_matches_faster_whisper() {
+    let Some(s) = Setup::load() else { return };
+    let text = std::fs::read_to_string(fixtures().join("fallback.json")).expect("fallback.json");
+    let golden: serde_json::Value = serde_json::from_str(&text).expect("valid json");
+    let clip = synaptix_audio::read_wav(&fixtures().join("speech16k.wav")).expect("wav fixture");
+    let temperatures: Vec<f32> = golden["temperatures"]
+        .as_array()
+        .expect("temperatures")
+        .iter()
+        .map(|t| t.as_f64().expect("temperature") as f32)
+        .collect();
+    let fallback = |seed: u64| TranscribeOptions {
+        temperatures: temperatures.clone(),
+        seed,
+        ..TranscribeOptions::new(s.tokens.transcribe, None)
+    };
+    let clips = golden["clips"].as_array().expect("clips");
+    assert_eq!(clips.len(), 4);
+    for case in clips {
+        let name = case["name"].as_str().expect("name");
+        let audio = assemble(&clip.samples, &case["parts"]);
+        let at_zero = run(
+            &s,
+            &audio,
+            &TranscribeOptions::new(s.tokens.transcribe, None),
+        );
+        assert_segments(name, &at_zero, &case["temperature_0"]);
+        for (seg, w) in at_zero
+            .iter()
+            .zip(case["temperature_0"].as_array().expect("segments"))
+        {
+            let want = w["compression_ratio"].as_f64().expect("ratio");
+            assert!(
+                (seg.compression_ratio - want).abs() < 1e-12,
+                "{name}: compression ratio {} != {want}",
+                seg.compression_ratio
+            );
+            assert_eq!(seg.temperature, 0.0);
+        }
+        let want = case["fallback"].as_array().expect("fallback segments");
+        let fell_back = want[0]["temperature"].as_f64().expect("temperature") > 0.0;
+        match name {
+            "speech16k" | "clip_silence_head_silence" => {
+                assert!(!fell_back, "{name}: the golden falls back");
+                let got = run(&s, &audio, &fallback(0));
+                assert_segments(&format!("{name} with fallback"), &got, &case["fallback"]);
+                assert!(got.iter().all(|seg| seg.temperature == 0.0));
+            }
+            "fox_repeated" => {
+                assert!(fell_back, "{name}: the golden does not fall back");
+                assert!(at_zero[0].compression_ratio > 2.4);
+                let got = run(&s, &audio, &fallback(7));
+                assert!(!got.is_empty(), "{name}: no segments");
+                let first = &got[0];
+                assert!(first.temperature > 0.0, "{name}: no fallback");
+                let last = *temperatures.last().expect("temperatures");
+                if first.temperature < last {
+                    assert!(
+                        first.compression_ratio <= 2.4 && first.avg_logprob >= -1.0,
+                        "{name}: kept at {} without passing the thresholds",
+                        first.temperature
+                    );
+                }
+                let again = run(&s, &audio, &fallback(7));
+                assert_eq!(got, again, "{name}: the same seed drew another result");
+            }
+            // The window with the sentence three times falls back there too; what it samples
+            // then decides the next windows' prompts, so only the T = 0 ratios are compared.
+            _ => assert!(fell_back, "{name}"),
+        }
+    }
+}
