@@ -627,6 +627,9 @@ fn decode_with_fallback(
     } else {
         &options.temperatures
     };
+    // With temperature 0 alone the search streams its tokens as it goes (greedy decoding);
+    // otherwise the kept result's tokens are reported once it is chosen.
+    let live = temperatures == [0.0];
     let mut all: Vec<Decoded> = Vec::new();
     let mut below_threshold: Vec<usize> = Vec::new();
     for &temperature in temperatures {
@@ -643,7 +646,7 @@ fn decode_with_fallback(
                 },
                 rng,
             )?
-        } else if temperatures.len() == 1 {
+        } else if live {
             generate(model, audio, prompt, tokens, search, on_token)?
         } else {
             generate(model, audio, prompt, tokens, search, &mut |_| {})?
@@ -674,7 +677,7 @@ fn decode_with_fallback(
         });
         if !fallback {
             let kept = all.pop().expect("just pushed");
-            if temperatures.len() > 1 {
+            if !live {
                 kept.hypothesis.tokens.iter().for_each(|&t| on_token(t));
             }
             return Ok(kept);
@@ -695,7 +698,9 @@ fn decode_with_fallback(
     });
     let mut kept = all.swap_remove(best);
     kept.temperature = *temperatures.last().expect("at least one temperature");
-    kept.hypothesis.tokens.iter().for_each(|&t| on_token(t));
+    if !live {
+        kept.hypothesis.tokens.iter().for_each(|&t| on_token(t));
+    }
     Ok(kept)
 }
 

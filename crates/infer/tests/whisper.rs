@@ -314,19 +314,34 @@ fn split_at_timestamps_like_faster_whisper() {
 
 /// `transcribe` of 16 kHz `samples` with `options`, segments only (no events).
 fn run(s: &Setup, samples: &[f32], options: &TranscribeOptions) -> Vec<Segment> {
+    run_with_tokens(s, samples, options).0
+}
+
+/// [`run`], and the tokens `transcribe` reported as it went.
+fn run_with_tokens(
+    s: &Setup,
+    samples: &[f32],
+    options: &TranscribeOptions,
+) -> (Vec<Segment>, Vec<u32>) {
     let decode = |ids: &[u32]| s.decode(ids);
     let mel = synaptix_audio::whisper_log_mel(samples, 80).expect("mel");
-    transcribe(
+    let mut reported = Vec::new();
+    let segments = transcribe(
         &s.model,
         &mel.values,
         mel.frames,
         &s.tokens,
         options,
         &decode,
-        &mut |_| {},
+        &mut |event| {
+            if let TranscribeEvent::Token(t) = event {
+                reported.push(t)
+            }
+        },
     )
     .expect("transcribe")
-    .segments
+    .segments;
+    (segments, reported)
 }
 
 /// The segments equal faster-whisper's `want`: tokens, seek, start and end.
@@ -548,6 +563,20 @@ fn temperature_fallback_matches_faster_whisper() {
                 }
                 let again = run(&s, &audio, &fallback(7));
                 assert_eq!(got, again, "{name}: the same seed drew another result");
+                // Without timestamps a window is one segment of all its tokens: each is
+                // reported once, streamed at temperature 0 alone (whose result fails the
+                // thresholds here) and after the choice with a fallback.
+                for temperatures in [vec![0.0], vec![0.0, 0.5]] {
+                    let options = TranscribeOptions {
+                        timestamps: false,
+                        temperatures,
+                        best_of: 2,
+                        ..TranscribeOptions::new(s.tokens.transcribe, None)
+                    };
+                    let (segments, reported) = run_with_tokens(&s, &audio, &options);
+                    let tokens: Vec<u32> = segments.iter().flat_map(|g| g.tokens.clone()).collect();
+                    assert_eq!(reported, tokens, "{name}: tokens reported");
+                }
             }
             // The window with the sentence three times falls back there too; what it samples
             // then decides the next windows' prompts, so only the T = 0 ratios are compared.
