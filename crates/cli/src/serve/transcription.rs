@@ -8,13 +8,17 @@
 //! - `language` (a code such as `en`; detected when absent);
 //! - `timestamp_granularities[]`: `segment` and/or `word` (with `verbose_json`);
 //! - `model` (ignored: the server has one model);
-//! - `temperature`: only 0 (there is no fallback to sampling);
+//! - `temperature` (0 to 1, default 0): as in OpenAI's API and openai-whisper, the first of the
+//!   temperatures a window is decoded at, stepping by 0.2 up to 1 while its result fails
+//!   faster-whisper's thresholds (`transcribe --temperature`); so 0 is faster-whisper's default
+//!   fallback, and a result is sampled only where the one at 0 fails;
 //! - `prompt`: text before the speech (`transcribe --initial-prompt`);
 //! - `vad_filter` (synaptix's own): `true` transcribes only the speech Silero VAD finds
 //!   (`transcribe --vad-filter`; the server loads the fetched `silero-vad` when it is there).
 //!
-//! The decoding is `synaptix transcribe`'s defaults (beam 5, timestamps, the previous text as
-//! prompt), so the text and segments are those it prints for the same file.
+//! The decoding is otherwise `synaptix transcribe`'s defaults (beam 5, timestamps, the previous
+//! text as prompt), so where no window falls back the text and segments are those it prints for
+//! the same file.
 
 use std::net::TcpStream;
 use std::path::Path;
@@ -185,6 +189,16 @@ struct TranscriptionRequest {
     words: bool,
     prompt: Option<String>,
     vad_filter: bool,
+    /// The temperatures a window is decoded at in turn: `temperature`, + 0.2, ... up to 1.
+    temperatures: Vec<f32>,
+}
+
+/// openai-whisper's fallback from `first`: `first`, `first` + 0.2, ... while at most 1.
+fn fallback_from(first: f32) -> Vec<f32> {
+    (0..)
+        .map(|i| first + 0.2 * i as f32)
+        .take_while(|t| *t <= 1.0 + 1e-6)
+        .collect()
 }
 
 fn parse_request(parts: Vec<Part>) -> std::result::Result<TranscriptionRequest, ApiError> {
@@ -195,6 +209,7 @@ fn parse_request(parts: Vec<Part>) -> std::result::Result<TranscriptionRequest, 
     let mut words = false;
     let mut prompt = None;
     let mut vad_filter = false;
+    let mut temperature = 0.0f32;
     for part in parts {
         match part.name.as_str() {
             "file" => {
@@ -226,14 +241,11 @@ fn parse_request(parts: Vec<Part>) -> std::result::Result<TranscriptionRequest, 
                 }
             },
             "temperature" => {
-                let t: f64 = text(&part)
+                temperature = text(&part)
                     .parse()
-                    .map_err(|_| ApiError::bad("temperature must be a number"))?;
-                if t != 0.0 {
-                    return Err(ApiError::bad(
-                        "only temperature 0 is supported (no sampling fallback)",
-                    ));
-                }
+                    .ok()
+                    .filter(|t: &f32| (0.0..=1.0).contains(t))
+                    .ok_or_else(|| ApiError::bad("temperature must be a number from 0 to 1"))?;
             }
             "prompt" => prompt = Some(text(&part)).filter(|p| !p.is_empty()),
             "vad_filter" => {
@@ -267,6 +279,7 @@ fn parse_request(parts: Vec<Part>) -> std::result::Result<TranscriptionRequest, 
         words,
         prompt,
         vad_filter,
+        temperatures: fallback_from(temperature),
     })
 }
 
@@ -360,6 +373,7 @@ impl Transcriber {
             .map_err(|e| ApiError::bad(e.to_string()))?;
         let mut options = TranscribeOptions::new(task, language);
         options.word_timestamps = req.words;
+        options.temperatures = req.temperatures.clone();
         if let Some(prompt) = &req.prompt {
             options.initial_prompt = self
                 .tokenizer
@@ -409,8 +423,10 @@ impl Transcriber {
                     .map(|(id, s)| {
                         json!({
                             "id": id, "seek": s.seek, "start": s.start, "end": s.end,
-                            "text": s.text, "tokens": s.tokens, "temperature": 0.0,
-                            "avg_logprob": s.avg_logprob, "no_speech_prob": s.no_speech_prob,
+                            "text": s.text, "tokens": s.tokens, "temperature": s.temperature,
+                            "avg_logprob": s.avg_logprob,
+                            "compression_ratio": s.compression_ratio,
+                            "no_speech_prob": s.no_speech_prob,
                         })
                     })
                     .collect();
@@ -473,6 +489,12 @@ mod tests {
         assert_eq!(parts[0].filename.as_deref(), Some("a.wav"));
         let req = parse_request(parts).ok().unwrap();
         assert!(req.words && req.format == Format::VerboseJson);
+        assert_eq!(req.temperatures, [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]);
+        let warm = body(&[("file", None, b"x"), ("temperature", None, b"0.5")]);
+        let req = parse_request(parse_multipart(&warm, "XyZ").ok().unwrap())
+            .ok()
+            .unwrap();
+        assert_eq!(req.temperatures, [0.5, 0.7, 0.9]);
 
         assert!(boundary(Some("application/json")).is_err());
         assert!(boundary(None).is_err());
@@ -483,7 +505,8 @@ mod tests {
             body(&[("response_format", None, b"json")]),
             body(&[("file", None, b"")]),
             body(&[("file", None, b"x"), ("response_format", None, b"mp3")]),
-            body(&[("file", None, b"x"), ("temperature", None, b"0.4")]),
+            body(&[("file", None, b"x"), ("temperature", None, b"1.5")]),
+            body(&[("file", None, b"x"), ("temperature", None, b"warm")]),
             body(&[
                 ("file", None, b"x"),
                 ("timestamp_granularities[]", None, b"word"),
