@@ -27,12 +27,15 @@ use synaptix_kernels_cpu::{dequantize, quantize_weights, QUANTIZE_TARGETS};
 #[command(
     after_help = "Presets (llama-quantize's): f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k,\n\
     q3_k_s, q3_k_m (or q3_k), q3_k_l, q4_k_s, q4_k_m (or q4_k), q5_k_s, q5_k_m (or q5_k),\n\
-    q6_k.\n\n\
+    q6_k.\n\
+    synaptix's own (written only to .syn bundles): mxfp8 (OCP MXFP8: E4M3 values, an E8M0 scale\n\
+    per 32).\n\n\
     Examples:\n  \
     synaptix quantize model-f16.gguf model-q4_k_m.gguf --type q4_k_m\n  \
     synaptix quantize model-f16.gguf model-q8_0.gguf --type q8_0 --pure\n  \
     synaptix quantize model-q8_0.gguf model-q4_0.gguf --type q4_0 --allow-requantize --json\n  \
-    synaptix quantize model-f16.gguf model-q4_k_m.syn --type q4_k_m   # a .syn bundle"
+    synaptix quantize model-f16.gguf model-q4_k_m.syn --type q4_k_m   # a .syn bundle\n  \
+    synaptix quantize model-f16.gguf model-mxfp8.syn --type mxfp8"
 )]
 pub struct QuantizeArgs {
     /// The model file to read (GGUF or .syn), or the name of a fetched model
@@ -104,7 +107,7 @@ const fn preset_of(name: &'static str, dtype: DType, file_type: u32, mix: Mix) -
     }
 }
 
-const PRESETS: [Preset; 17] = [
+const PRESETS: [Preset; 18] = [
     preset_of("f32", DType::F32, 0, Mix::Output),
     preset_of("f16", DType::F16, 1, Mix::Output),
     preset_of("bf16", DType::BF16, 32, Mix::Output),
@@ -122,6 +125,8 @@ const PRESETS: [Preset; 17] = [
     preset_of("q5_k_s", DType::Q5K, 16, Mix::Output),
     preset_of("q5_k_m", DType::Q5K, 17, Mix::KM),
     preset_of("q6_k", DType::Q6K, 18, Mix::Output),
+    // synaptix's own types: .syn bundles only (their file types are beyond llama.cpp's).
+    preset_of("mxfp8", DType::MXFP8, 1001, Mix::Output),
 ];
 
 fn preset(name: &str) -> Option<&'static Preset> {
@@ -242,7 +247,7 @@ impl Mixer<'_> {
             } else if output {
                 if !cols.is_multiple_of(base.block_len()) {
                     ty = DType::Q8_0;
-                } else if base != DType::Q8_0 {
+                } else if !matches!(base, DType::Q8_0 | DType::MXFP8) {
                     ty = DType::Q6K;
                 }
             } else if name == "token_embd.weight" {
@@ -391,6 +396,16 @@ pub fn run(mut a: QuantizeArgs) -> Result<()> {
         .output
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("syn"));
+    if let Some(p) = plans
+        .iter()
+        .find(|p| !p.dtype.in_gguf())
+        .filter(|_| !to_syn)
+    {
+        bail!(
+            "{} is synaptix's own type, which GGUF cannot hold: name the output *.syn to write              a bundle",
+            p.dtype
+        );
+    }
     let mut metadata: Vec<(String, Value)> = input
         .metadata()
         .iter()

@@ -274,6 +274,10 @@ fn bad_requests_are_one_line_errors() {
         ),
         (vec!["quantize", t, t, "--type", "f16"], "overwrite"),
         (
+            vec!["quantize", t, o, "--type", "mxfp8", "--allow-requantize"],
+            "*.syn",
+        ),
+        (
             vec!["quantize", "/nonexistent.gguf", o, "--type", "f16"],
             "nonexistent",
         ),
@@ -290,5 +294,94 @@ fn bad_requests_are_one_line_errors() {
         );
         assert!(!out.exists(), "{args:?} left {o} behind");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The last row of a `.npy` file of f32 `[rows, cols]` (what `--dump-tensors` writes).
+fn npy_last_row(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(&bytes[..6], b"\x93NUMPY", "{}", path.display());
+    let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    let header = String::from_utf8_lossy(&bytes[10..10 + header_len]);
+    assert!(header.contains("'<f4'"), "{header}");
+    let cols: usize = header
+        .split("'shape': (")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .and_then(|s| s.split(',').map(str::trim).rfind(|d| !d.is_empty()))
+        .and_then(|d| d.parse().ok())
+        .unwrap_or_else(|| panic!("no shape in {header}"));
+    let data = &bytes[10 + header_len..];
+    data[data.len() - 4 * cols..]
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Gemma 3 270M requantized to MXFP8 (synaptix's own type, a .syn bundle): its next-token logits
+/// stay near the source file's (the same pick; NMSE a few times Q8_0's), as E4M3's three mantissa
+/// bits allow; decoding the blocks wrongly would put the NMSE near 1.
+#[test]
+fn gemma_mxfp8_bundle_runs_close_to_its_source() {
+    let gemma = cache::models_dir().join("gemma-3-270m-q4_k_m.gguf");
+    assert!(
+        gemma.exists(),
+        "{} is missing: run scripts/fetch-models.sh",
+        gemma.display()
+    );
+    let dir = scratch("mxfp8");
+    let (mx, q8) = (dir.join("mxfp8.syn"), dir.join("q8_0.syn"));
+    quantize(&gemma, &mx, "mxfp8", &["--allow-requantize"]);
+    quantize(&gemma, &q8, "q8_0", &["--pure", "--allow-requantize"]);
+    let logits = |model: &Path, tag: &str| {
+        let out_dir = dir.join(tag);
+        let run = synaptix(&[
+            "run",
+            model.to_str().unwrap(),
+            "The capital of France is a city that",
+            "-n",
+            "1",
+            "--temp",
+            "0",
+            "--device",
+            "cpu",
+            "--dump-tensors",
+            out_dir.to_str().unwrap(),
+            "--dump-filter",
+            "result_output",
+        ]);
+        assert!(
+            run.status.success(),
+            "{tag}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        npy_last_row(&out_dir.join("result_output.npy"))
+    };
+    let (want, got_mx, got_q8) = (
+        logits(&gemma, "source"),
+        logits(&mx, "mxfp8"),
+        logits(&q8, "q8_0"),
+    );
+    let nmse = |got: &[f32]| {
+        let (mut err, mut norm) = (0f64, 0f64);
+        for (g, w) in got.iter().zip(&want) {
+            err += (*g as f64 - *w as f64).powi(2);
+            norm += (*w as f64).powi(2);
+        }
+        err / norm
+    };
+    let argmax = |v: &[f32]| {
+        v.iter()
+            .enumerate()
+            .fold((0, f32::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b })
+            .0
+    };
+    let (e_mx, e_q8) = (nmse(&got_mx), nmse(&got_q8));
+    eprintln!("next-token logits NMSE against the source: mxfp8 {e_mx:.2e}, q8_0 {e_q8:.2e}");
+    assert!(e_mx < 1e-2 && e_q8 < 1e-2, "mxfp8 {e_mx:e}, q8_0 {e_q8:e}");
+    assert!(e_mx > e_q8, "three mantissa bits cannot beat Q8_0's seven");
+    assert_eq!(argmax(&got_mx), argmax(&want));
+    let inspect = synaptix(&["inspect", mx.to_str().unwrap(), "--json"]);
+    assert!(String::from_utf8_lossy(&inspect.stdout).contains("mxfp8"));
     let _ = std::fs::remove_dir_all(&dir);
 }

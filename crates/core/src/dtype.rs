@@ -1,9 +1,11 @@
 use std::fmt;
 
-/// Storage type of a tensor: plain element types and ggml's block-quantized types.
+/// Storage type of a tensor: plain element types, ggml's block-quantized types and synaptix's own
+/// block types (which only `.syn` bundles hold).
 ///
 /// A block type packs `block_len()` consecutive elements of a row into `block_bytes()` bytes;
-/// rows are always a whole number of blocks. Discriminants are the GGUF type ids.
+/// rows are always a whole number of blocks. Discriminants are the GGUF type ids; synaptix's own
+/// types take ids from [`DType::SYNAPTIX_IDS`] on, which no GGUF file holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum DType {
@@ -39,13 +41,18 @@ pub enum DType {
     TQ1_0 = 34,
     TQ2_0 = 35,
     MXFP4 = 39,
+    /// OCP Microscaling MXFP8: blocks of 32 E4M3 values sharing one E8M0 scale (docs/syn.md).
+    MXFP8 = 1001,
 }
 
 /// Elements per super-block of the k-quants and i-quants.
 pub const QK_K: usize = 256;
 
 impl DType {
-    pub const ALL: [DType; 32] = [
+    /// The first id of synaptix's own types (never read from or written to GGUF).
+    pub const SYNAPTIX_IDS: u32 = 1000;
+
+    pub const ALL: [DType; 33] = [
         DType::F32,
         DType::F16,
         DType::Q4_0,
@@ -78,15 +85,26 @@ impl DType {
         DType::TQ1_0,
         DType::TQ2_0,
         DType::MXFP4,
+        DType::MXFP8,
     ];
 
     /// The dtype with this GGUF / ggml type id, if it is one we know.
     pub fn from_gguf_id(id: u32) -> Option<DType> {
-        DType::ALL.iter().copied().find(|d| *d as u32 == id)
+        DType::ALL
+            .iter()
+            .copied()
+            .find(|d| d.in_gguf() && *d as u32 == id)
     }
 
+    /// The GGUF / ggml type id (for synaptix's own types, an id no GGUF reader knows: check
+    /// [`DType::in_gguf`] before writing one).
     pub fn gguf_id(self) -> u32 {
         self as u32
+    }
+
+    /// Whether GGUF can hold the type (ggml's types; synaptix's own live only in `.syn`).
+    pub fn in_gguf(self) -> bool {
+        (self as u32) < Self::SYNAPTIX_IDS
     }
 
     /// Elements per block (1 for plain element types).
@@ -94,7 +112,7 @@ impl DType {
         use DType::*;
         match self {
             F32 | F16 | BF16 | F64 | I8 | I16 | I32 | I64 => 1,
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4NL | MXFP4 => 32,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4NL | MXFP4 | MXFP8 => 32,
             Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ2XXS | IQ2XS | IQ3XXS | IQ1S | IQ3S | IQ2S
             | IQ4XS | IQ1M | TQ1_0 | TQ2_0 => QK_K,
         }
@@ -132,6 +150,7 @@ impl DType {
             TQ1_0 => 54,
             TQ2_0 => 66,
             MXFP4 => 17,
+            MXFP8 => 33,
         }
     }
 
@@ -191,6 +210,7 @@ impl DType {
             TQ1_0 => "tq1_0",
             TQ2_0 => "tq2_0",
             MXFP4 => "mxfp4",
+            MXFP8 => "mxfp8",
         }
     }
 
@@ -215,8 +235,10 @@ mod tests {
 
     #[test]
     fn ids_round_trip_and_are_unique() {
-        for d in DType::ALL {
+        for d in DType::ALL.into_iter().filter(|d| d.in_gguf()) {
             assert_eq!(DType::from_gguf_id(d.gguf_id()), Some(d));
+        }
+        for d in DType::ALL {
             assert_eq!(DType::from_name(d.name()), Some(d));
         }
         assert_eq!(
@@ -225,6 +247,12 @@ mod tests {
             "id 4 (old Q4_2) was removed from ggml"
         );
         assert_eq!(DType::from_gguf_id(1000), None);
+        assert_eq!(
+            DType::from_gguf_id(DType::MXFP8 as u32),
+            None,
+            "synaptix's own types are not GGUF ids"
+        );
+        assert!(!DType::MXFP8.in_gguf() && DType::MXFP4.in_gguf());
     }
 
     #[test]

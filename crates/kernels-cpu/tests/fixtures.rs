@@ -270,3 +270,71 @@ fn parallel_matmul_is_bit_exact_with_ggml() {
         }
     }
 }
+
+/// MXFP8 (synaptix's own type) against ml_dtypes' E4M3 / E8M0
+/// (scripts/reference/make_mxfp8_goldens.py): the quantizer's bytes, the decoded values, and dot
+/// products on every kernel path against an f64 dot of the decoded values.
+#[test]
+fn mxfp8_matches_ml_dtypes() {
+    let x = f32s(&read("mxfp8.x.f32"));
+    let want_bytes = read("mxfp8.bin");
+    let want_values = f32s(&read("mxfp8.f32"));
+    let mut got = Vec::new();
+    synaptix_kernels_cpu::quantize_weights(DType::MXFP8, &x, &mut got).unwrap();
+    assert_eq!(got.len(), want_bytes.len());
+    let first_diff = got.iter().zip(&want_bytes).position(|(a, b)| a != b);
+    assert_eq!(
+        first_diff,
+        None,
+        "byte {first_diff:?} (block {:?}) differs from ml_dtypes'",
+        first_diff.map(|i| i / 33)
+    );
+    let mut values = vec![0f32; x.len()];
+    dequantize(DType::MXFP8, &want_bytes, &mut values).unwrap();
+    for (i, (g, w)) in values.iter().zip(&want_values).enumerate() {
+        assert!(
+            g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+            "value {i}: {g} vs ml_dtypes' {w}"
+        );
+    }
+    // Dots over the finite blocks, one row of 4 blocks at a time.
+    let finite_blocks: Vec<usize> = (0..x.len() / 32)
+        .filter(|&b| {
+            want_values[b * 32..(b + 1) * 32]
+                .iter()
+                .all(|v| v.is_finite())
+        })
+        .filter(|&b| x[b * 32..(b + 1) * 32].iter().all(|v| v.abs() < 1e6))
+        .collect();
+    let acts_x: Vec<f32> = (0..128)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+        .collect();
+    for path in supported() {
+        for rows in finite_blocks.chunks_exact(4) {
+            let w: Vec<u8> = rows
+                .iter()
+                .flat_map(|&b| want_bytes[b * 33..(b + 1) * 33].to_vec())
+                .collect();
+            let vals: Vec<f32> = rows
+                .iter()
+                .flat_map(|&b| want_values[b * 32..(b + 1) * 32].to_vec())
+                .collect();
+            let acts = quantize_acts_on(path, DType::MXFP8, &acts_x).unwrap();
+            let dot = vec_dot_on(path, DType::MXFP8, &w, &acts).unwrap();
+            let exact: f64 = vals
+                .iter()
+                .zip(&acts_x)
+                .map(|(&a, &b)| a as f64 * b as f64)
+                .sum();
+            let size: f64 = vals
+                .iter()
+                .zip(&acts_x)
+                .map(|(&a, &b)| (a as f64 * b as f64).abs())
+                .sum();
+            assert!(
+                (dot as f64 - exact).abs() <= size * 1e-6,
+                "{path}: blocks {rows:?}: {dot} vs {exact}"
+            );
+        }
+    }
+}

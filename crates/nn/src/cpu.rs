@@ -5,7 +5,7 @@ use synaptix_kernels_cpu::{dequantize, matmul, matmul_many, WeightView};
 
 use crate::attention::{attend, LayerKv};
 use crate::backend::Backend;
-use crate::linear::executable;
+use crate::linear::loadable;
 use crate::norm::rms_norm_row;
 use crate::{Activation, AttentionSpec, NnError, Result, Rope, Weight};
 
@@ -45,7 +45,7 @@ impl Backend for CpuBackend {
     }
 
     fn matrix(&self, w: &Weight) -> Result<Weight> {
-        if w.shape.rank() != 2 || !executable(w.dtype) {
+        if w.shape.rank() != 2 || !loadable(w.dtype) {
             return Err(NnError::UnsupportedWeight {
                 name: w.name.clone(),
                 dtype: w.dtype,

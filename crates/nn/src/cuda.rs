@@ -13,7 +13,7 @@ use synaptix_sample::DevicePick;
 
 use crate::backend::{Backend, DecodeStep};
 use crate::cuda_replay::{penalty_pairs, read_pick, rope_table, PickBuffers, Replay};
-use crate::linear::executable;
+use crate::linear::{cpu_only, executable};
 use crate::{Activation, AttentionSpec, NnError, Result, Rope, RopeStyle, Weight};
 
 /// Activations `[rows, cols]` in GPU memory.
@@ -309,6 +309,12 @@ impl Backend for CudaBackend {
     }
 
     fn matrix(&self, w: &Weight) -> Result<DeviceMatrix> {
+        if cpu_only(w.dtype) {
+            return Err(NnError::CpuOnlyWeight {
+                name: w.name.clone(),
+                dtype: w.dtype,
+            });
+        }
         if w.shape.rank() != 2 || !executable(w.dtype) {
             return Err(NnError::UnsupportedWeight {
                 name: w.name.clone(),

@@ -1,4 +1,4 @@
-use crate::linear::executable;
+use crate::linear::loadable;
 use crate::{Backend, NnError, Result, Weight};
 
 /// Token embedding table `[vocab, dim]` in any executable format; rows are dequantized on
@@ -12,7 +12,7 @@ pub struct Embedding<B: Backend> {
 impl<B: Backend> Embedding<B> {
     pub fn new(be: &B, weight: &Weight, vocab: usize, dim: usize) -> Result<Self> {
         weight.expect_shape(&[vocab, dim])?;
-        if !executable(weight.dtype) {
+        if !loadable(weight.dtype) {
             return Err(NnError::UnsupportedWeight {
                 name: weight.name.clone(),
                 dtype: weight.dtype,

@@ -32,6 +32,8 @@ pub enum NnError {
     },
     #[error("tensor '{name}' is stored as {dtype}, which synaptix cannot execute yet")]
     UnsupportedWeight { name: String, dtype: DType },
+    #[error("tensor '{name}' is stored as {dtype}, which only the CPU executes so far (use --device cpu)")]
+    CpuOnlyWeight { name: String, dtype: DType },
     #[error("cannot allocate the KV cache ({bytes} bytes): lower --ctx-size")]
     OutOfMemory { bytes: usize },
     #[error("context full: position {pos} is beyond the KV cache capacity of {capacity} tokens")]

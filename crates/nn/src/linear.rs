@@ -2,13 +2,23 @@ use synaptix_core::DType;
 
 use crate::{Backend, NnError, Result, VarBuilder, Weight};
 
-/// Weight formats the kernels execute (CPU and CUDA alike).
+/// Weight formats the kernels of both backends execute.
 pub(crate) fn executable(dtype: DType) -> bool {
     use DType::*;
     matches!(
         dtype,
         F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2K | Q3K | Q4K | Q5K | Q6K
     )
+}
+
+/// Weight formats only the CPU kernels execute so far (synaptix's own MXFP8).
+pub(crate) fn cpu_only(dtype: DType) -> bool {
+    dtype == DType::MXFP8
+}
+
+/// Formats some backend executes: the loaders check these, each backend's `matrix` its own.
+pub(crate) fn loadable(dtype: DType) -> bool {
+    executable(dtype) || cpu_only(dtype)
 }
 
 /// `y = x · Wᵀ (+ b)` with `W: [out, in]` in any executable format.
@@ -48,7 +58,7 @@ impl<B: Backend> Linear<B> {
         in_dim: usize,
     ) -> Result<Self> {
         weight.expect_shape(&[out_dim, in_dim])?;
-        if !executable(weight.dtype) {
+        if !loadable(weight.dtype) {
             return Err(NnError::UnsupportedWeight {
                 name: weight.name.clone(),
                 dtype: weight.dtype,

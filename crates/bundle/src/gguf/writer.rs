@@ -118,6 +118,12 @@ impl GgufWriter {
         w: &mut impl Write,
         mut fill: impl FnMut(usize) -> io::Result<Vec<u8>>,
     ) -> io::Result<()> {
+        if let Some(t) = self.tensors.iter().find(|t| !t.dtype.in_gguf()) {
+            return Err(io::Error::other(format!(
+                "tensor {} is {}, which GGUF cannot hold (write a .syn bundle instead)",
+                t.name, t.dtype
+            )));
+        }
         let mut out = Vec::new();
         out.extend_from_slice(GGUF_MAGIC);
         out.extend_from_slice(&self.version.to_le_bytes());

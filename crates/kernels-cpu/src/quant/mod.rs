@@ -8,7 +8,7 @@
 //!
 //! | weights | activations |
 //! |---|---|
-//! | F32 | F32 |
+//! | F32, MXFP8 | F32 |
 //! | F16 | F16 (values rounded to half) |
 //! | BF16 | BF16 (values rounded to bfloat16) |
 //! | Q4_0, Q5_0, Q8_0 | Q8_0 |
@@ -22,6 +22,7 @@ pub(crate) mod float;
 mod kquants;
 mod legacy;
 mod matmul;
+mod mx;
 mod simd;
 mod weights;
 
@@ -54,7 +55,8 @@ fn check_len(op: &'static str, dtype: DType, src_len: usize, n: usize) -> Result
 /// `gguf.quants.dequantize`.
 ///
 /// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (all
-/// checked against fixtures from both), and the activation types Q8_1, Q8_K (`d * q`).
+/// checked against fixtures from both), the activation types Q8_1, Q8_K (`d * q`), and MXFP8
+/// (synaptix's own, checked against ml_dtypes).
 ///
 /// Errors: [`Error::UnsupportedDType`] for other types; [`Error::ShapeMismatch`] when
 /// `dst.len()` is not a whole number of blocks or `src.len()` is not its byte size.
@@ -76,6 +78,7 @@ pub fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
         DType::Q5K => kquants::dequantize_q5_k,
         DType::Q6K => kquants::dequantize_q6_k,
         DType::Q8K => kquants::dequantize_q8_k,
+        DType::MXFP8 => mx::dequantize_mxfp8,
         _ => return Err(Error::UnsupportedDType { op: OP, dtype }),
     };
     check_len(OP, dtype, src.len(), dst.len())?;
@@ -87,6 +90,7 @@ pub fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
 pub fn activation_dtype(weight: DType) -> Result<DType> {
     Ok(match weight {
         DType::F32 | DType::F16 | DType::BF16 => weight,
+        DType::MXFP8 => DType::F32,
         DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => DType::Q8_0,
         DType::Q4_1 | DType::Q5_1 => DType::Q8_1,
         DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K => DType::Q8K,
@@ -357,6 +361,7 @@ fn scalar_kernel(weight_dtype: DType) -> Option<DotFn> {
         DType::Q4K => kquants::dot_q4_k,
         DType::Q5K => kquants::dot_q5_k,
         DType::Q6K => kquants::dot_q6_k,
+        DType::MXFP8 => mx::dot_mxfp8,
         _ => return None,
     })
 }

@@ -28,7 +28,7 @@ use super::legacy::c_f32_to_i8;
 const QK: usize = 32;
 
 /// The types [`quantize_weights`] produces.
-pub const QUANTIZE_TARGETS: [DType; 13] = [
+pub const QUANTIZE_TARGETS: [DType; 14] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -42,6 +42,7 @@ pub const QUANTIZE_TARGETS: [DType; 13] = [
     DType::Q4K,
     DType::Q5K,
     DType::Q6K,
+    DType::MXFP8,
 ];
 
 /// `x` quantized to `dtype`, appended to `out` (`x.len()` must be a whole number of blocks).
@@ -76,6 +77,7 @@ pub fn quantize_weights(dtype: DType, x: &[f32], out: &mut Vec<u8>) -> Result<()
             .chunks_exact(QK_K)
             .for_each(|b| super_block_q45_k::<5>(b, out)),
         DType::Q6K => x.chunks_exact(QK_K).for_each(|b| super_block_q6_k(b, out)),
+        DType::MXFP8 => super::mx::quantize_mxfp8(x, out),
         _ => {
             let block: fn(&[f32], &mut Vec<u8>) = match dtype {
                 DType::Q8_0 => block_q8_0,
@@ -762,8 +764,13 @@ mod tests {
                     _ => 0.5,
                 };
                 for (i, (&a, &g)) in block.iter().zip(got).enumerate() {
-                    // Halves round d and m; allow for that beyond the rounding.
-                    let tol = step * steps + amax * 2e-3 + 1e-6;
+                    // Halves round d and m; allow for that beyond the rounding. MXFP8's step is
+                    // relative (three mantissa bits), absolute only in E4M3's subnormals.
+                    let tol = if dtype == DType::MXFP8 {
+                        a.abs() / 16.0 + amax / 65536.0
+                    } else {
+                        step * steps + amax * 2e-3 + 1e-6
+                    };
                     assert!(
                         (a - g).abs() <= tol,
                         "{dtype} block {b} element {i}: {a} came back as {g} (tolerance {tol})"
