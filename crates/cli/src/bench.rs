@@ -241,7 +241,7 @@ fn model_description(engine: &Engine) -> String {
     format!("{} {size} {ftype}", info.architecture)
 }
 
-/// llama.cpp's names for `general.file_type`.
+/// llama.cpp's names for `general.file_type` (and synaptix's own, from 1000 on: `quantize`).
 fn file_type_name(id: u64) -> Option<&'static str> {
     Some(match id {
         0 => "all F32",
@@ -261,6 +261,7 @@ fn file_type_name(id: u64) -> Option<&'static str> {
         17 => "Q5_K - Medium",
         18 => "Q6_K",
         32 => "BF16",
+        1001 => "MXFP8",
         _ => return None,
     })
 }

@@ -12,8 +12,9 @@
 //! a NaN gets the NaN scale (it decodes to NaN throughout) and zero elements.
 //!
 //! Dot products take f32 activations (no activation quantization): per block, the 32 products
-//! `e4m3[i] * x[i]` are added in element order into a block sum, and the block sum times the scale
-//! is added to the row's sum in block order (no fused multiply-adds).
+//! `e4m3[i] * x[i]` go to eight lane sums (element i to lane i mod 8, in element order), the lanes
+//! are added in a fixed tree, and the block sum times the scale is added to the row's sum in
+//! block order (no fused multiply-adds).
 
 use super::QuantizedActs;
 
@@ -134,15 +135,23 @@ pub(crate) fn dequantize_mxfp8(src: &[u8], dst: &mut [f32]) {
     }
 }
 
-/// One weight row (MXFP8 blocks) dotted with f32 activations, in the order of the module notes.
+/// One weight row (MXFP8 blocks) dotted with f32 activations, in the order of the module notes:
+/// eight lane sums a block (lane l: elements l, l + 8, l + 16, l + 24 in turn), so that the
+/// compiler may keep them in vector registers, added as ((l0 + l4) + (l2 + l6)) + ((l1 + l5) +
+/// (l3 + l7)).
 pub(crate) fn dot_mxfp8(w: &[u8], a: &QuantizedActs) -> f32 {
     let table = &*E4M3_VALUES;
     let mut sum = 0f32;
     for (block, x) in w.chunks_exact(BLOCK_BYTES).zip(a.vals.chunks_exact(QK)) {
-        let mut block_sum = 0f32;
-        for (&b, &xv) in block[1..].iter().zip(x) {
-            block_sum += table[b as usize] * xv;
+        let q = &block[1..];
+        let mut lanes = [0f32; 8];
+        for c in 0..QK / 8 {
+            for (l, lane) in lanes.iter_mut().enumerate() {
+                *lane += table[q[8 * c + l] as usize] * x[8 * c + l];
+            }
         }
+        let block_sum = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6]))
+            + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
         sum += block_sum * e8m0_value(block[0]);
     }
     sum
