@@ -967,6 +967,161 @@ __device__ __forceinline__ void attn_cp_async16(void* dst, const void* src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
 }
 
+// ---------------------------------------------------------------------------------------------
+// The one-pass head (attention_short's STAGED arithmetic, the same bits) for a head dimension
+// known at compile time (HD 64 or 128), with its f64 sums taken by fused multiply-adds of values
+// rebuilt from the halves' bits instead of one f32 → f64 conversion (a quarter-rate pipe on
+// sm_90) and a 16-lane shuffle tree a product:
+// - a half's bits moved into an f64's high word (sign to bit 31, exponent and mantissa under it)
+//   are the half times 2^-1008, subnormals included; the query and the probabilities are held
+//   times 2^1008 (|q| ≤ 65504 keeps that finite), so each product is the exact f32 product of the
+//   two halves, and fma(k', q', acc) rounds acc + k·q once, as attention_short's f64 addition of
+//   that product does;
+// - scores: four lanes a position (HD / 4 dimensions each), two shuffles; lanes of odd positions
+//   walk their 16-byte pieces in another order, so the eight lanes of a shared-memory phase read
+//   distinct banks;
+// - softmax: every warp takes the max over the scores itself; the f64 sum has block_sum_f64's
+//   tree;
+// - P·V: attention_short's layout, each probability widened once a position.
+// The kernel keeps attention_short's 48 registers: the first form (the query's part in 64
+// registers, P·V two dimensions a thread) took 112 and ran slower in place (docs/cuda.md).
+// Halves with an all-ones exponent (inf, NaN) would come out finite, so every K and V word read is
+// checked; if any has one, the block computes the head again with attention_short (rare: the
+// cache holds f16 copies of finite activations). Sums of exact products grouped differently give
+// the same value where no rounding occurs, which attention_short's own grouping relies on.
+// Off by default: the first form lost on the H200 (docs/cuda.md, twenty-seventh pass); this one
+// is built, not yet measured (`SYNAPTIX_KERNEL_DEFINES=ATTN_FAST=1`).
+#ifndef ATTN_FAST
+#define ATTN_FAST 0
+#endif
+__device__ __forceinline__ double attn_half_lo_scaled(u32 w) {
+    return __hiloint2double((int)(((w << 10) & 0x01fffc00u) | ((w << 16) & 0x80000000u)), 0);
+}
+__device__ __forceinline__ double attn_half_hi_scaled(u32 w) {
+    return __hiloint2double((int)(((w >> 6) & 0x01fffc00u) | (w & 0x80000000u)), 0);
+}
+// An all-ones exponent among the halves seen so far: their magnitudes' running maximum.
+__device__ __forceinline__ u32 attn_track(u32 seen, u32 w) { return __vmaxu2(seen, w & 0x7fff7fffu); }
+__device__ __forceinline__ bool attn_nonfinite(u32 seen) {
+    return (seen & 0xffffu) >= 0x7c00u || (seen >> 16) >= 0x7c00u;
+}
+
+template <int HD>
+__device__ float attention_fast(float* out_h, const float* qh, const u16* k, const u16* v, const i32* table,
+                                int kvh, int n_kv_heads, float scale, int first, int p, float* smem, double* red,
+                                const u16* ks, const u16* vs, bool q16_ready) {
+    static_assert(HD == 64 || HD == 128, "attention_fast: HD 64 or 128");
+    constexpr double UP = 0x1p1008;
+    float* q16 = smem;
+    const int base = first / 4 * 4;
+    const int n = (p / 4 + 1) * 4 - base;
+    float* s = smem + HD;
+    // The query times 2^1008 as f64 (P·V's slot sums reuse red after the scores).
+    double* qd = red;
+    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+        const float qv = q16_ready ? q16[d] : f16_to_f32(f32_to_f16(qh[d]));
+        if (!q16_ready) q16[d] = qv;
+        qd[d] = (double)qv * UP;
+    }
+    __syncthreads();
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    u32 seen = 0;
+    // Scores: position i = pass + 8·warp + lane / 4; lane part c takes 16-byte pieces 4j' + c
+    // (j' = j, or j ^ 1 on odd positions) of the row, CL of them, with the query's from red.
+    {
+        constexpr int CL = HD / 32;
+        const int c = lane & 3, odd = (lane >> 2) & 1;
+        for (int ib = 0; ib < n; ib += 8 * (ATTN_THREADS / WARP)) {
+            const int i = ib + 8 * warp + lane / 4, t = base + i;
+            const bool valid = i < n && t >= first && t <= p;
+            double a0 = 0.0, a1 = 0.0;
+            if (valid) {
+                const u16* row = ks + (i64)(t - first) * HD;
+                uint4 w[CL];
+#pragma unroll
+                for (int j = 0; j < CL; ++j) w[j] = *(const uint4*)(row + 8 * (4 * (j ^ odd) + c));
+#pragma unroll
+                for (int j = 0; j < CL; ++j) {
+                    const double* qp = qd + 8 * (4 * (j ^ odd) + c);
+                    const u32 h[4] = {w[j].x, w[j].y, w[j].z, w[j].w};
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const double2 qq = *(const double2*)(qp + 2 * e);
+                        seen = attn_track(seen, h[e]);
+                        double& a = (j & 1) ? a1 : a0;
+                        a = fma(attn_half_lo_scaled(h[e]), qq.x, a);
+                        a = fma(attn_half_hi_scaled(h[e]), qq.y, a);
+                    }
+                }
+            }
+            double acc = a0 + a1;
+            acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+            acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+            if ((lane & 3) == 0 && i < n) s[i] = valid ? __fmul_rn((float)acc, scale) : -INFINITY;
+        }
+    }
+    __syncthreads();
+    ATTN_MARK(0);
+    // Softmax: each warp its own max over all n scores (no barrier), then block_sum_f64's tree.
+    float mx = -INFINITY;
+    for (int i = lane; i < n; i += WARP) mx = fmaxf(mx, s[i]);
+    mx = warp_max(mx);
+    double sum = 0.0;
+    for (int g = threadIdx.x; g < n / 4; g += blockDim.x) {
+        float e[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            e[j] = ggml_expf(__fsub_rn(s[4 * g + j], mx));
+            s[4 * g + j] = e[j];
+        }
+        sum += (double)__fadd_rn(__fadd_rn(e[0], e[1]), __fadd_rn(e[2], e[3]));
+    }
+    {
+        __shared__ double partial_sums[ATTN_THREADS / WARP];
+        sum = warp_sum_f64(sum);
+        if (lane == 0) partial_sums[warp] = sum;
+        __syncthreads();  // the exponentials and the warps' sums
+        sum = warp_sum_f64(lane < ATTN_THREADS / WARP ? partial_sums[lane] : 0.0);
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s[i] = f16_to_f32(f32_to_f16(__fmul_rn(s[i], inv)));
+    __syncthreads();
+    ATTN_MARK(1);
+    // P·V as attention_short: thread (slot, sub) sums d0 .. d0 + 7 over positions first + slot,
+    // + slots, ...; each probability widened once a position, the values from their bits.
+    constexpr int L = HD / 8, SLOTS = ATTN_THREADS / L;
+    const int sub = threadIdx.x % L, slot = threadIdx.x / L, d0 = 8 * sub;
+    double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int t = first + slot; t <= p; t += SLOTS) {
+        const uint4 w = *(const uint4*)(vs + (i64)(t - first) * HD + d0);
+        const double pr = (double)s[t - base] * UP;
+        const u32 h[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            seen = attn_track(seen, h[e]);
+            acc[2 * e] = fma(attn_half_lo_scaled(h[e]), pr, acc[2 * e]);
+            acc[2 * e + 1] = fma(attn_half_hi_scaled(h[e]), pr, acc[2 * e + 1]);
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) red[slot * HD + d0 + e] = acc[e];
+    if (__syncthreads_or(attn_nonfinite(seen))) {
+        __syncthreads();  // every thread past its reads of red and s before attention_short reuses them
+        return attention_short<true, HD>(out_h, qh, k, v, table, kvh, n_kv_heads, HD, scale, first, p, smem, red,
+                                         ks, vs, true);
+    }
+    ATTN_MARK(2);
+    float result = 0.0f;
+    if (threadIdx.x < HD) {
+        double o = red[threadIdx.x];
+        for (int j = 1; j < SLOTS; ++j) o += red[j * HD + threadIdx.x];
+        result = (float)o;
+        out_h[threadIdx.x] = result;
+    }
+    ATTN_MARK(3);
+    return result;
+}
+
 // Decode steps whose every row attends at most `stage_rows` positions (the one-pass side of
 // attention_pv_f32, launched alone): block (0, head, row) computes the head as attention_short
 // does, bit for bit, from K and V rows copied to shared memory first. Rows below pos[row] were
@@ -1104,8 +1259,14 @@ __device__ __forceinline__ void attention_one_pass(ATTN_ONE_PASS_PARAMS) {
 #if defined(KTRACE)
     const unsigned long long kt2 = ktrace_now();
 #endif
-    const float o = attention_short<true, HD>(out + head * hd, q + head * hd, k, v, table, kvh, n_kv_heads, hd, scale,
-                                          first, p, smem, red, ks, vs, k_new != nullptr);
+    float o;
+    if constexpr (ATTN_FAST && (HD == 64 || HD == 128)) {
+        o = attention_fast<HD>(out + head * hd, q + head * hd, k, v, table, kvh, n_kv_heads, scale, first, p, smem,
+                               red, ks, vs, k_new != nullptr);
+    } else {
+        o = attention_short<true, HD>(out + head * hd, q + head * hd, k, v, table, kvh, n_kv_heads, hd, scale, first,
+                                      p, smem, red, ks, vs, k_new != nullptr);
+    }
 #if defined(KTRACE)
     if (threadIdx.x == 0)
         printf("KT attn %d %d %d %d %llu %llu %llu %llu %llu\n", n_heads, hd, h, p, kt0, kt1, kt2, ktrace_now(),
