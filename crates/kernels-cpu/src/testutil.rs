@@ -1,7 +1,7 @@
 //! Deterministic random data for unit tests.
 
 /// Every weight type with a dot-product kernel: the SIMD paths are checked against scalar for each.
-pub(crate) const DOT_TYPES: [DType; 13] = [
+pub(crate) const DOT_TYPES: [DType; 14] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -15,6 +15,7 @@ pub(crate) const DOT_TYPES: [DType; 13] = [
     DType::Q4K,
     DType::Q5K,
     DType::Q6K,
+    DType::MXFP8,
 ];
 
 /// SplitMix64.
@@ -83,6 +84,19 @@ pub(crate) fn random_weights(rng: &mut Rng, dtype: DType, rows: usize, k: usize)
         DType::BF16 => (0..n)
             .flat_map(|_| half::bf16::from_f32(rng.normal(1.0)).to_le_bytes())
             .collect(),
+        DType::MXFP8 => {
+            // Scales of 2^-17 .. 2^2; elements any finite E4M3 byte (the NaN bytes moved off).
+            let mut out = rng.bytes(n / 32 * 33);
+            for blk in out.chunks_exact_mut(33) {
+                blk[0] = 110 + (blk[0] % 20);
+                for b in &mut blk[1..] {
+                    if *b & 0x7f == 0x7f {
+                        *b ^= 1;
+                    }
+                }
+            }
+            out
+        }
         _ => {
             let bb = dtype.block_bytes();
             let mut out = rng.bytes(n / dtype.block_len() * bb);

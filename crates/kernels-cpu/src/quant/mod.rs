@@ -22,7 +22,7 @@ pub(crate) mod float;
 mod kquants;
 mod legacy;
 mod matmul;
-mod mx;
+pub(crate) mod mx;
 mod simd;
 mod weights;
 

@@ -52,7 +52,7 @@ fn e4m3_value(b: u8) -> f32 {
 
 /// The value of an E8M0 scale byte: 2^(e-127), NaN for 0xFF.
 #[inline]
-fn e8m0_value(e: u8) -> f32 {
+pub(crate) fn e8m0_value(e: u8) -> f32 {
     match e {
         0xff => f32::NAN,
         // 2^-127 is a subnormal f32; every other exponent is a normal one.

@@ -71,6 +71,7 @@ pub(crate) fn kernels(dtype: DType, path: Path) -> (Option<DotFn>, Option<BlockF
         (_, DType::Q4K) => (q4_k_avx2, q4_k_block_avx2),
         (_, DType::Q5K) => (q5_k_avx2, q5_k_block_avx2),
         (_, DType::Q6K) => (q6_k_avx2, q6_k_block_avx2),
+        (_, DType::MXFP8) => (mxfp8_avx2, mxfp8_block_avx2),
         _ => return (None, None),
     };
     (Some(dot), Some(block))
@@ -2132,3 +2133,98 @@ kquant_entries!(
     "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c",
     lanes = false
 );
+
+// ---------------------------------------------------------------------------------------------
+// MXFP8 (synaptix's own type, `quant::mx`): the scalar kernel's eight lane sums a block as one
+// 8-lane vector (four multiplies and adds, never fused), its lane tree, then the block term
+// added to the row's f32 sum in block order. E4M3 bytes become f32 without a table: the byte's
+// exponent and mantissa put under an f32's (`(b & 0x7f) << 20`, which is the value times 2^-120,
+// E4M3 subnormals landing on f32 subnormals) times 2^120, the sign moved to bit 31, and the two
+// NaN bytes (0x7f, 0xff) replaced by the table's NaN.
+
+/// The 32 weights of one MXFP8 block (its E4M3 bytes at `q`) as four 8-lane vectors.
+#[inline(always)]
+unsafe fn mxfp8_weights(q: *const u8) -> [__m256; 4] {
+    let low = _mm256_set1_epi32(0x7f);
+    let up = _mm256_set1_ps(f32::from_bits((127 + 120) << 23));
+    let nan = _mm256_set1_ps(f32::NAN);
+    core::array::from_fn(|c| {
+        let b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(q.add(8 * c) as *const __m128i));
+        let magnitude = _mm256_and_si256(b, low);
+        let bits = _mm256_or_si256(
+            _mm256_slli_epi32(magnitude, 20),
+            _mm256_slli_epi32(_mm256_andnot_si256(low, b), 24),
+        );
+        let v = _mm256_mul_ps(_mm256_castsi256_ps(bits), up);
+        let is_nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(magnitude, low));
+        _mm256_blendv_ps(v, nan, is_nan)
+    })
+}
+
+/// ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) of one 8-lane vector.
+#[inline(always)]
+unsafe fn mxfp8_lane_tree(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let t = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)))
+}
+
+#[inline(always)]
+unsafe fn mxfp8_block(
+    w: &[u8],
+    row_bytes: usize,
+    nrows: usize,
+    acts: &[QuantizedActs],
+    out: &mut [f32],
+    stride: usize,
+) {
+    use crate::quant::mx::{e8m0_value, BLOCK_BYTES, QK as MX_QK};
+    let nb = row_bytes / BLOCK_BYTES;
+    let mut sums = [0f32; MAX_ACTS];
+    for j in 0..nrows {
+        let row = w.as_ptr().add(j * row_bytes);
+        for (g, group) in acts.chunks(MAX_ACTS).enumerate() {
+            sums[..group.len()].fill(0.0);
+            for b in 0..nb {
+                let block = row.add(b * BLOCK_BYTES);
+                let ws = mxfp8_weights(block.add(1));
+                let scale = e8m0_value(*block);
+                for (s, a) in sums.iter_mut().zip(group) {
+                    let x = a.vals.as_ptr().add(b * MX_QK);
+                    // 0 + p first, as the scalar lanes start (it turns a -0 product into +0).
+                    let mut lanes = _mm256_add_ps(
+                        _mm256_setzero_ps(),
+                        _mm256_mul_ps(ws[0], _mm256_loadu_ps(x)),
+                    );
+                    for (c, wc) in ws.iter().enumerate().skip(1) {
+                        lanes =
+                            _mm256_add_ps(lanes, _mm256_mul_ps(*wc, _mm256_loadu_ps(x.add(8 * c))));
+                    }
+                    *s += mxfp8_lane_tree(lanes) * scale;
+                }
+            }
+            for (i, s) in sums[..group.len()].iter().enumerate() {
+                out[j * stride + g * MAX_ACTS + i] = *s;
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mxfp8_block_avx2(
+    w: &[u8],
+    row_bytes: usize,
+    nrows: usize,
+    acts: &[QuantizedActs],
+    out: &mut [f32],
+    stride: usize,
+) {
+    mxfp8_block(w, row_bytes, nrows, acts, out, stride)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mxfp8_avx2(w: &[u8], a: &QuantizedActs) -> f32 {
+    let mut out = [0f32];
+    mxfp8_block(w, w.len(), 1, core::slice::from_ref(a), &mut out, 1);
+    out[0]
+}
