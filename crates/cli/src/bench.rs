@@ -262,6 +262,7 @@ fn file_type_name(id: u64) -> Option<&'static str> {
         18 => "Q6_K",
         32 => "BF16",
         1001 => "MXFP8",
+        1002 => "NVFP4",
         _ => return None,
     })
 }

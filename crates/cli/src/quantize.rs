@@ -21,7 +21,10 @@ use rayon::prelude::*;
 use synaptix_bundle::gguf::{GgufFile, GgufWriter, TensorInfo, Value};
 use synaptix_bundle::syn::{write_syn, SynTensor};
 use synaptix_core::DType;
-use synaptix_kernels_cpu::{dequantize, quantize_weights, QUANTIZE_TARGETS};
+use synaptix_kernels_cpu::{
+    dequantize, finite_amax, nvfp4_tensor_scale, quantize_nvfp4_with_scale, quantize_weights,
+    QUANTIZE_TARGETS,
+};
 
 #[derive(Args)]
 #[command(
@@ -29,7 +32,7 @@ use synaptix_kernels_cpu::{dequantize, quantize_weights, QUANTIZE_TARGETS};
     q3_k_s, q3_k_m (or q3_k), q3_k_l, q4_k_s, q4_k_m (or q4_k), q5_k_s, q5_k_m (or q5_k),\n\
     q6_k.\n\
     synaptix's own (written only to .syn bundles): mxfp8 (OCP MXFP8: E4M3 values, an E8M0 scale\n\
-    per 32).\n\n\
+    per 32), nvfp4 (E2M1 values, an E4M3 scale per 16, an FP32 scale per tensor).\n\n\
     Examples:\n  \
     synaptix quantize model-f16.gguf model-q4_k_m.gguf --type q4_k_m\n  \
     synaptix quantize model-f16.gguf model-q8_0.gguf --type q8_0 --pure\n  \
@@ -107,7 +110,7 @@ const fn preset_of(name: &'static str, dtype: DType, file_type: u32, mix: Mix) -
     }
 }
 
-const PRESETS: [Preset; 18] = [
+const PRESETS: [Preset; 19] = [
     preset_of("f32", DType::F32, 0, Mix::Output),
     preset_of("f16", DType::F16, 1, Mix::Output),
     preset_of("bf16", DType::BF16, 32, Mix::Output),
@@ -127,6 +130,7 @@ const PRESETS: [Preset; 18] = [
     preset_of("q6_k", DType::Q6K, 18, Mix::Output),
     // synaptix's own types: .syn bundles only (their file types are beyond llama.cpp's).
     preset_of("mxfp8", DType::MXFP8, 1001, Mix::Output),
+    preset_of("nvfp4", DType::NVFP4, 1002, Mix::Output),
 ];
 
 fn preset(name: &str) -> Option<&'static Preset> {
@@ -164,8 +168,8 @@ fn converts(t: &TensorInfo) -> bool {
 }
 
 /// `target`, or what llama-quantize falls back to for rows of `cols` that are not whole
-/// blocks of it: Q2_K and Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, and F16 when
-/// even that does not fit.
+/// blocks of it: Q2_K and Q3_K -> Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0 (and NVFP4's
+/// 64 -> MXFP8), and F16 when even that does not fit.
 fn type_for_rows(target: DType, cols: usize) -> DType {
     if cols.is_multiple_of(target.block_len()) {
         return target;
@@ -175,6 +179,7 @@ fn type_for_rows(target: DType, cols: usize) -> DType {
         DType::Q4K => DType::Q5_0,
         DType::Q5K => DType::Q5_1,
         DType::Q6K => DType::Q8_0,
+        DType::NVFP4 => DType::MXFP8,
         other => other,
     };
     if cols.is_multiple_of(fallback.block_len()) {
@@ -247,6 +252,8 @@ impl Mixer<'_> {
             } else if output {
                 if !cols.is_multiple_of(base.block_len()) {
                     ty = DType::Q8_0;
+                } else if base == DType::NVFP4 {
+                    ty = DType::MXFP8;
                 } else if !matches!(base, DType::Q8_0 | DType::MXFP8) {
                     ty = DType::Q6K;
                 }
@@ -529,14 +536,34 @@ fn convert(t: &TensorInfo, src: &[u8], dtype: DType) -> Result<Vec<u8>> {
     let out_row = cols / dtype.block_len() * dtype.block_bytes();
     // Chunks of rows big enough to amortise the scheduling.
     let chunk = (1 << 16) / cols.max(1) + 1;
+    let values = |rows_in: &[u8]| -> Result<Vec<f32>> {
+        let mut x = vec![0f32; rows_in.len() / src_row.max(1) * cols];
+        dequantize(t.dtype, rows_in, &mut x)?;
+        Ok(x)
+    };
+    // NVFP4's scale belongs to the whole tensor: its largest finite magnitude first.
+    let tensor_scale = if dtype == DType::NVFP4 {
+        let amaxes: Vec<Result<f32>> = src
+            .par_chunks(src_row.max(1) * chunk)
+            .map(|rows_in| Ok(finite_amax(&values(rows_in)?)))
+            .collect();
+        let mut amax = 0f32;
+        for a in amaxes {
+            amax = amax.max(a?);
+        }
+        Some(nvfp4_tensor_scale(amax))
+    } else {
+        None
+    };
     let parts: Vec<Result<Vec<u8>>> = src
         .par_chunks(src_row.max(1) * chunk)
         .map(|rows_in| {
-            let n = rows_in.len() / src_row.max(1);
-            let mut x = vec![0f32; n * cols];
-            dequantize(t.dtype, rows_in, &mut x)?;
-            let mut out = Vec::with_capacity(n * out_row);
-            quantize_weights(dtype, &x, &mut out)?;
+            let x = values(rows_in)?;
+            let mut out = Vec::with_capacity(x.len() / cols.max(1) * out_row);
+            match tensor_scale {
+                Some(scale) => quantize_nvfp4_with_scale(&x, scale, &mut out)?,
+                None => quantize_weights(dtype, &x, &mut out)?,
+            }
             Ok(out)
         })
         .collect();

@@ -43,6 +43,9 @@ pub enum DType {
     MXFP4 = 39,
     /// OCP Microscaling MXFP8: blocks of 32 E4M3 values sharing one E8M0 scale (docs/syn.md).
     MXFP8 = 1001,
+    /// NVFP4: E2M1 values, an E4M3 scale per 16 and an FP32 scale per tensor, in blocks of 64
+    /// that each repeat the tensor's scale (docs/syn.md).
+    NVFP4 = 1002,
 }
 
 /// Elements per super-block of the k-quants and i-quants.
@@ -52,7 +55,7 @@ impl DType {
     /// The first id of synaptix's own types (never read from or written to GGUF).
     pub const SYNAPTIX_IDS: u32 = 1000;
 
-    pub const ALL: [DType; 33] = [
+    pub const ALL: [DType; 34] = [
         DType::F32,
         DType::F16,
         DType::Q4_0,
@@ -86,6 +89,7 @@ impl DType {
         DType::TQ2_0,
         DType::MXFP4,
         DType::MXFP8,
+        DType::NVFP4,
     ];
 
     /// The dtype with this GGUF / ggml type id, if it is one we know.
@@ -115,6 +119,7 @@ impl DType {
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4NL | MXFP4 | MXFP8 => 32,
             Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ2XXS | IQ2XS | IQ3XXS | IQ1S | IQ3S | IQ2S
             | IQ4XS | IQ1M | TQ1_0 | TQ2_0 => QK_K,
+            NVFP4 => 64,
         }
     }
 
@@ -151,6 +156,7 @@ impl DType {
             TQ2_0 => 66,
             MXFP4 => 17,
             MXFP8 => 33,
+            NVFP4 => 40,
         }
     }
 
@@ -211,6 +217,7 @@ impl DType {
             TQ2_0 => "tq2_0",
             MXFP4 => "mxfp4",
             MXFP8 => "mxfp8",
+            NVFP4 => "nvfp4",
         }
     }
 

@@ -11,9 +11,9 @@ pub(crate) fn executable(dtype: DType) -> bool {
     )
 }
 
-/// Weight formats only the CPU kernels execute so far (synaptix's own MXFP8).
+/// Weight formats only the CPU kernels execute so far (synaptix's own MXFP8 and NVFP4).
 pub(crate) fn cpu_only(dtype: DType) -> bool {
-    dtype == DType::MXFP8
+    matches!(dtype, DType::MXFP8 | DType::NVFP4)
 }
 
 /// Formats some backend executes: the loaders check these, each backend's `matrix` its own.

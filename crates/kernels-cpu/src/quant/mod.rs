@@ -8,7 +8,7 @@
 //!
 //! | weights | activations |
 //! |---|---|
-//! | F32, MXFP8 | F32 |
+//! | F32, MXFP8, NVFP4 | F32 |
 //! | F16 | F16 (values rounded to half) |
 //! | BF16 | BF16 (values rounded to bfloat16) |
 //! | Q4_0, Q5_0, Q8_0 | Q8_0 |
@@ -26,7 +26,9 @@ pub(crate) mod mx;
 mod simd;
 mod weights;
 
-pub use weights::{quantize_weights, QUANTIZE_TARGETS};
+pub use weights::{
+    finite_amax, nvfp4_tensor_scale, quantize_nvfp4_with_scale, quantize_weights, QUANTIZE_TARGETS,
+};
 
 use synaptix_core::{DType, Error, Result};
 
@@ -55,8 +57,8 @@ fn check_len(op: &'static str, dtype: DType, src_len: usize, n: usize) -> Result
 /// `gguf.quants.dequantize`.
 ///
 /// Supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (all
-/// checked against fixtures from both), the activation types Q8_1, Q8_K (`d * q`), and MXFP8
-/// (synaptix's own, checked against ml_dtypes).
+/// checked against fixtures from both), the activation types Q8_1, Q8_K (`d * q`), and MXFP8 and
+/// NVFP4 (synaptix's own, checked against ml_dtypes).
 ///
 /// Errors: [`Error::UnsupportedDType`] for other types; [`Error::ShapeMismatch`] when
 /// `dst.len()` is not a whole number of blocks or `src.len()` is not its byte size.
@@ -79,6 +81,7 @@ pub fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
         DType::Q6K => kquants::dequantize_q6_k,
         DType::Q8K => kquants::dequantize_q8_k,
         DType::MXFP8 => mx::dequantize_mxfp8,
+        DType::NVFP4 => mx::dequantize_nvfp4,
         _ => return Err(Error::UnsupportedDType { op: OP, dtype }),
     };
     check_len(OP, dtype, src.len(), dst.len())?;
@@ -90,7 +93,7 @@ pub fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
 pub fn activation_dtype(weight: DType) -> Result<DType> {
     Ok(match weight {
         DType::F32 | DType::F16 | DType::BF16 => weight,
-        DType::MXFP8 => DType::F32,
+        DType::MXFP8 | DType::NVFP4 => DType::F32,
         DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => DType::Q8_0,
         DType::Q4_1 | DType::Q5_1 => DType::Q8_1,
         DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K => DType::Q8K,
@@ -362,6 +365,7 @@ fn scalar_kernel(weight_dtype: DType) -> Option<DotFn> {
         DType::Q5K => kquants::dot_q5_k,
         DType::Q6K => kquants::dot_q6_k,
         DType::MXFP8 => mx::dot_mxfp8,
+        DType::NVFP4 => mx::dot_nvfp4,
         _ => return None,
     })
 }

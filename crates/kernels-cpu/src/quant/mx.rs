@@ -1,5 +1,5 @@
-//! MXFP8 (OCP Microscaling Formats v1.0, E4M3 elements): synaptix's own block type, held only by
-//! `.syn` bundles (docs/syn.md).
+//! Microscaling formats, synaptix's own block types held only by `.syn` bundles (docs/syn.md):
+//! MXFP8 (OCP Microscaling Formats v1.0, E4M3 elements) here, NVFP4 further down.
 //!
 //! Block (33 bytes, 32 consecutive values of a row): one E8M0 scale byte `e` (the value 2^(e-127),
 //! 0xFF NaN), then 32 E4M3 bytes (sign, 4 exponent bits of bias 7, 3 mantissa bits; no
@@ -228,6 +228,185 @@ mod tests {
             let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
             for (a, b) in x.iter().zip(&back) {
                 assert!((a - b).abs() <= amax / 8.0, "{m}: {a} -> {b}");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// NVFP4: E2M1 values with an E4M3 scale per 16 and an FP32 scale per tensor, in synaptix's
+// self-contained block of 64 values (40 bytes): the tensor's f32 scale (little-endian, the same
+// in every block of a tensor), the four E4M3 scales of its 16-value micro-blocks, then 32 bytes of
+// E2M1 nibbles, element 2i in the low nibble of byte i and 2i + 1 in the high one. Value `e` of
+// micro-block `m` is `(e2m1[e] * e4m3[m]) * tensor_scale`.
+//
+// Encoding (NVIDIA's two-level recipe): the tensor scale is amax / (6 * 448) over the tensor's
+// finite values (1 when that is 0); a micro-block's scale is the E4M3 nearest (ties to even,
+// saturated) to `amax / 6 / tensor_scale`; each value divided by `e4m3 * tensor_scale` (the
+// product rounded to f32) is rounded to the nearest E2M1 value, ties to even, saturated at ±6.
+// A micro-block holding an infinity or a NaN gets the NaN scale (0x7F) and zero values; one whose
+// scale rounds to zero gets zero values.
+//
+// Dot products take f32 activations: per micro-block, eight lane sums (element i to lane i mod 8,
+// in element order) in MXFP8's tree, times the micro-block's scale, added in order to the block's
+// sum; the block's sum times the tensor scale added to the row's sum in block order.
+
+pub(crate) const NVFP4_QK: usize = 64;
+pub(crate) const NVFP4_BLOCK_BYTES: usize = 40;
+const NVFP4_MICRO: usize = 16;
+const E2M1_VALUES: [f32; 16] = [
+    0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0,
+];
+
+/// The E2M1 code (4 bits) nearest to `v` (ties to the even code), saturated at ±6; `v` finite.
+fn e2m1_code(v: f32) -> u8 {
+    let sign = if v.is_sign_negative() { 8u8 } else { 0 };
+    let a = v.abs();
+    let mut best = 0u8;
+    for code in 1..8u8 {
+        let (d_new, d_best) = (
+            (E2M1_VALUES[code as usize] - a).abs(),
+            (E2M1_VALUES[best as usize] - a).abs(),
+        );
+        if d_new < d_best || (d_new == d_best && code % 2 == 0) {
+            best = code;
+        }
+    }
+    sign | best
+}
+
+/// The tensor scale NVFP4 takes for values whose largest finite magnitude is `amax`.
+pub fn nvfp4_tensor_scale(amax: f32) -> f32 {
+    if amax > 0.0 && amax.is_finite() {
+        amax / (6.0 * E4M3_MAX)
+    } else {
+        1.0
+    }
+}
+
+/// The largest finite magnitude of `x` (0 for none).
+pub fn finite_amax(x: &[f32]) -> f32 {
+    x.iter()
+        .filter(|v| v.is_finite())
+        .fold(0f32, |m, v| m.max(v.abs()))
+}
+
+/// `x` (a whole number of 64-value blocks) as NVFP4 blocks with tensor scale `tensor_scale`.
+pub(crate) fn quantize_nvfp4(x: &[f32], tensor_scale: f32, out: &mut Vec<u8>) {
+    for block in x.chunks_exact(NVFP4_QK) {
+        out.extend_from_slice(&tensor_scale.to_le_bytes());
+        let mut codes = [0u8; NVFP4_QK];
+        let mut scales = [0u8; 4];
+        for (m, micro) in block.chunks_exact(NVFP4_MICRO).enumerate() {
+            if micro.iter().any(|v| !v.is_finite()) {
+                scales[m] = 0x7f;
+                continue;
+            }
+            let amax = micro.iter().fold(0f32, |a, v| a.max(v.abs()));
+            scales[m] = e4m3_byte(amax / 6.0 / tensor_scale);
+            let eff = e4m3_value(scales[m]) * tensor_scale;
+            if eff == 0.0 {
+                continue;
+            }
+            for (c, &v) in codes[m * NVFP4_MICRO..].iter_mut().zip(micro) {
+                *c = e2m1_code(v / eff);
+            }
+        }
+        out.extend_from_slice(&scales);
+        out.extend(codes.chunks_exact(2).map(|p| p[0] | (p[1] << 4)));
+    }
+}
+
+pub(crate) fn dequantize_nvfp4(src: &[u8], dst: &mut [f32]) {
+    let table = &*E4M3_VALUES;
+    for (block, out) in src
+        .chunks_exact(NVFP4_BLOCK_BYTES)
+        .zip(dst.chunks_exact_mut(NVFP4_QK))
+    {
+        let ts = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
+        for (i, o) in out.iter_mut().enumerate() {
+            let scale = table[block[4 + i / NVFP4_MICRO] as usize];
+            let code = (block[8 + i / 2] >> (4 * (i % 2))) & 15;
+            *o = (E2M1_VALUES[code as usize] * scale) * ts;
+        }
+    }
+}
+
+/// One weight row (NVFP4 blocks) dotted with f32 activations, in the order of the notes above.
+pub(crate) fn dot_nvfp4(w: &[u8], a: &QuantizedActs) -> f32 {
+    let table = &*E4M3_VALUES;
+    let mut sum = 0f32;
+    for (block, x) in w
+        .chunks_exact(NVFP4_BLOCK_BYTES)
+        .zip(a.vals.chunks_exact(NVFP4_QK))
+    {
+        let ts = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
+        let mut block_sum = 0f32;
+        for m in 0..4 {
+            let mut lanes = [0f32; 8];
+            for c in 0..2 {
+                for (l, lane) in lanes.iter_mut().enumerate() {
+                    let i = m * NVFP4_MICRO + 8 * c + l;
+                    let code = (block[8 + i / 2] >> (4 * (i % 2))) & 15;
+                    *lane += E2M1_VALUES[code as usize] * x[i];
+                }
+            }
+            let tree = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6]))
+                + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+            block_sum += tree * table[block[4 + m] as usize];
+        }
+        sum += block_sum * ts;
+    }
+    sum
+}
+
+#[cfg(test)]
+mod nvfp4_tests {
+    use super::*;
+
+    #[test]
+    fn e2m1_rounds_to_nearest_even_and_saturates() {
+        let cases = [
+            (0.25f32, 0u8),
+            (0.75, 2),
+            (1.25, 2),
+            (1.75, 4),
+            (2.5, 4),
+            (3.5, 6),
+            (5.0, 6),
+            (7.0, 7),
+            (-0.25, 8),
+            (-5.0, 14),
+            (0.3, 1),
+        ];
+        for (v, want) in cases {
+            assert_eq!(e2m1_code(v), want, "{v}");
+        }
+        for code in 0..16u8 {
+            assert_eq!(e2m1_code(E2M1_VALUES[code as usize]), code);
+        }
+    }
+
+    #[test]
+    fn blocks_decode_near_their_values() {
+        let x: Vec<f32> = (0..128)
+            .map(|i| ((i * 37 % 61) as f32 - 30.0) * 0.01)
+            .collect();
+        let ts = nvfp4_tensor_scale(finite_amax(&x));
+        let mut out = Vec::new();
+        quantize_nvfp4(&x, ts, &mut out);
+        assert_eq!(out.len(), 2 * NVFP4_BLOCK_BYTES);
+        let mut back = vec![0f32; 128];
+        dequantize_nvfp4(&out, &mut back);
+        for (m, (xs, bs)) in x.chunks(16).zip(back.chunks(16)).enumerate() {
+            let amax = xs.iter().fold(0f32, |a, v| a.max(v.abs()));
+            for (a, b) in xs.iter().zip(bs) {
+                // Half of E2M1's widest step (2, between 4 and 6) of the block's scale, plus the
+                // E4M3 scale's own rounding.
+                assert!(
+                    (a - b).abs() <= amax / 6.0 * 1.07 + 1e-6,
+                    "micro-block {m}: {a} -> {b}"
+                );
             }
         }
     }

@@ -28,7 +28,7 @@ use super::legacy::c_f32_to_i8;
 const QK: usize = 32;
 
 /// The types [`quantize_weights`] produces.
-pub const QUANTIZE_TARGETS: [DType; 14] = [
+pub const QUANTIZE_TARGETS: [DType; 15] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -43,7 +43,23 @@ pub const QUANTIZE_TARGETS: [DType; 14] = [
     DType::Q5K,
     DType::Q6K,
     DType::MXFP8,
+    DType::NVFP4,
 ];
+
+/// Part of a tensor (`x`, whole 64-value blocks) in NVFP4 with the tensor's scale (from
+/// [`nvfp4_tensor_scale`] of the whole tensor's [`finite_amax`]), appended to `out`.
+pub fn quantize_nvfp4_with_scale(x: &[f32], tensor_scale: f32, out: &mut Vec<u8>) -> Result<()> {
+    if !x.len().is_multiple_of(DType::NVFP4.block_len()) {
+        return Err(Error::ShapeMismatch {
+            op: "quantize_nvfp4_with_scale",
+            detail: format!("{} values are not whole nvfp4 blocks", x.len()),
+        });
+    }
+    super::mx::quantize_nvfp4(x, tensor_scale, out);
+    Ok(())
+}
+
+pub use super::mx::{finite_amax, nvfp4_tensor_scale};
 
 /// `x` quantized to `dtype`, appended to `out` (`x.len()` must be a whole number of blocks).
 pub fn quantize_weights(dtype: DType, x: &[f32], out: &mut Vec<u8>) -> Result<()> {
@@ -78,6 +94,13 @@ pub fn quantize_weights(dtype: DType, x: &[f32], out: &mut Vec<u8>) -> Result<()
             .for_each(|b| super_block_q45_k::<5>(b, out)),
         DType::Q6K => x.chunks_exact(QK_K).for_each(|b| super_block_q6_k(b, out)),
         DType::MXFP8 => super::mx::quantize_mxfp8(x, out),
+        // The tensor scale from `x` itself: pass the whole tensor, or use
+        // [`quantize_nvfp4_with_scale`] for parts of one.
+        DType::NVFP4 => super::mx::quantize_nvfp4(
+            x,
+            super::mx::nvfp4_tensor_scale(super::mx::finite_amax(x)),
+            out,
+        ),
         _ => {
             let block: fn(&[f32], &mut Vec<u8>) = match dtype {
                 DType::Q8_0 => block_q8_0,
