@@ -318,20 +318,27 @@ fn npy_last_row(path: &Path) -> Vec<f32> {
         .collect()
 }
 
-/// Gemma 3 270M requantized to MXFP8 (synaptix's own type, a .syn bundle): its next-token logits
-/// stay near the source file's (the same pick; NMSE a few times Q8_0's), as E4M3's three mantissa
-/// bits allow; decoding the blocks wrongly would put the NMSE near 1.
+/// Gemma 3 270M requantized to MXFP8 and NVFP4 (synaptix's own types, .syn bundles): their
+/// next-token logits stay near the source file's (the same pick; NMSE a few times Q8_0's for
+/// MXFP8's three mantissa bits, more for NVFP4's four-bit values), and NVFP4 keeps the output
+/// matrix (here the tied embeddings) in MXFP8; decoding the blocks wrongly would put the NMSE
+/// near 1.
 #[test]
-fn gemma_mxfp8_bundle_runs_close_to_its_source() {
+fn gemma_microscaling_bundles_run_close_to_their_source() {
     let gemma = cache::models_dir().join("gemma-3-270m-q4_k_m.gguf");
     assert!(
         gemma.exists(),
         "{} is missing: run scripts/fetch-models.sh",
         gemma.display()
     );
-    let dir = scratch("mxfp8");
-    let (mx, q8) = (dir.join("mxfp8.syn"), dir.join("q8_0.syn"));
+    let dir = scratch("microscaling");
+    let (mx, nv, q8) = (
+        dir.join("mxfp8.syn"),
+        dir.join("nvfp4.syn"),
+        dir.join("q8_0.syn"),
+    );
     quantize(&gemma, &mx, "mxfp8", &["--allow-requantize"]);
+    quantize(&gemma, &nv, "nvfp4", &["--allow-requantize"]);
     quantize(&gemma, &q8, "q8_0", &["--pure", "--allow-requantize"]);
     let logits = |model: &Path, tag: &str| {
         let out_dir = dir.join(tag);
@@ -357,11 +364,7 @@ fn gemma_mxfp8_bundle_runs_close_to_its_source() {
         );
         npy_last_row(&out_dir.join("result_output.npy"))
     };
-    let (want, got_mx, got_q8) = (
-        logits(&gemma, "source"),
-        logits(&mx, "mxfp8"),
-        logits(&q8, "q8_0"),
-    );
+    let want = logits(&gemma, "source");
     let nmse = |got: &[f32]| {
         let (mut err, mut norm) = (0f64, 0f64);
         for (g, w) in got.iter().zip(&want) {
@@ -376,12 +379,31 @@ fn gemma_mxfp8_bundle_runs_close_to_its_source() {
             .fold((0, f32::MIN), |b, (i, &x)| if x > b.1 { (i, x) } else { b })
             .0
     };
-    let (e_mx, e_q8) = (nmse(&got_mx), nmse(&got_q8));
-    eprintln!("next-token logits NMSE against the source: mxfp8 {e_mx:.2e}, q8_0 {e_q8:.2e}");
-    assert!(e_mx < 1e-2 && e_q8 < 1e-2, "mxfp8 {e_mx:e}, q8_0 {e_q8:e}");
-    assert!(e_mx > e_q8, "three mantissa bits cannot beat Q8_0's seven");
+    let (got_mx, got_nv, got_q8) = (
+        logits(&mx, "mxfp8"),
+        logits(&nv, "nvfp4"),
+        logits(&q8, "q8_0"),
+    );
+    let (e_mx, e_nv, e_q8) = (nmse(&got_mx), nmse(&got_nv), nmse(&got_q8));
+    eprintln!(
+        "next-token logits NMSE against the source: mxfp8 {e_mx:.2e}, nvfp4 {e_nv:.2e}, q8_0 {e_q8:.2e}"
+    );
+    assert!(
+        e_q8 < e_mx && e_mx < e_nv,
+        "mxfp8 {e_mx:e}, nvfp4 {e_nv:e}, q8_0 {e_q8:e}"
+    );
+    assert!(e_mx < 1e-2 && e_nv < 5e-2, "mxfp8 {e_mx:e}, nvfp4 {e_nv:e}");
     assert_eq!(argmax(&got_mx), argmax(&want));
-    let inspect = synaptix(&["inspect", mx.to_str().unwrap(), "--json"]);
-    assert!(String::from_utf8_lossy(&inspect.stdout).contains("mxfp8"));
+    assert_eq!(argmax(&got_nv), argmax(&want));
+    for (file, types) in [
+        (&mx, &["\"mxfp8\""][..]),
+        (&nv, &["\"nvfp4\"", "\"mxfp8\""][..]),
+    ] {
+        let inspect = synaptix(&["inspect", file.to_str().unwrap(), "--json"]);
+        let text = String::from_utf8_lossy(&inspect.stdout);
+        for t in types {
+            assert!(text.contains(t), "{}: no {t} tensor", file.display());
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -338,3 +338,73 @@ fn mxfp8_matches_ml_dtypes() {
         }
     }
 }
+
+/// NVFP4 (synaptix's own type) against ml_dtypes' E2M1 / E4M3
+/// (scripts/reference/make_nvfp4_goldens.py): the quantizer's bytes for the whole tensor, the
+/// decoded values, and dot products on every kernel path against an f64 dot of the decoded values.
+#[test]
+fn nvfp4_matches_ml_dtypes() {
+    let x = f32s(&read("nvfp4.x.f32"));
+    let want_bytes = read("nvfp4.bin");
+    let want_values = f32s(&read("nvfp4.f32"));
+    let mut got = Vec::new();
+    synaptix_kernels_cpu::quantize_weights(DType::NVFP4, &x, &mut got).unwrap();
+    assert_eq!(got.len(), want_bytes.len());
+    let first_diff = got.iter().zip(&want_bytes).position(|(a, b)| a != b);
+    assert_eq!(
+        first_diff,
+        None,
+        "byte {first_diff:?} (block {:?}) differs from ml_dtypes'",
+        first_diff.map(|i| i / 40)
+    );
+    // The same bytes from parts of the tensor given the whole tensor's scale.
+    let scale = synaptix_kernels_cpu::nvfp4_tensor_scale(synaptix_kernels_cpu::finite_amax(&x));
+    let mut parts = Vec::new();
+    for part in x.chunks(128) {
+        synaptix_kernels_cpu::quantize_nvfp4_with_scale(part, scale, &mut parts).unwrap();
+    }
+    assert_eq!(parts, want_bytes);
+    let mut values = vec![0f32; x.len()];
+    dequantize(DType::NVFP4, &want_bytes, &mut values).unwrap();
+    for (i, (g, w)) in values.iter().zip(&want_values).enumerate() {
+        assert!(
+            g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+            "value {i}: {g} vs ml_dtypes' {w}"
+        );
+    }
+    let finite_blocks: Vec<usize> = (0..x.len() / 64)
+        .filter(|&b| {
+            want_values[b * 64..(b + 1) * 64]
+                .iter()
+                .all(|v| v.is_finite())
+        })
+        .collect();
+    assert!(finite_blocks.len() >= 4, "{finite_blocks:?}");
+    let acts_x: Vec<f32> = (0..128)
+        .map(|i| ((i * 37 % 101) as f32 - 50.0) / 25.0)
+        .collect();
+    for path in supported() {
+        for rows in finite_blocks.windows(2) {
+            let w: Vec<u8> = rows
+                .iter()
+                .flat_map(|&b| want_bytes[b * 40..(b + 1) * 40].to_vec())
+                .collect();
+            let vals: Vec<f32> = rows
+                .iter()
+                .flat_map(|&b| want_values[b * 64..(b + 1) * 64].to_vec())
+                .collect();
+            let acts = quantize_acts_on(path, DType::NVFP4, &acts_x).unwrap();
+            let dot = vec_dot_on(path, DType::NVFP4, &w, &acts).unwrap();
+            let (exact, size) = vals
+                .iter()
+                .zip(&acts_x)
+                .fold((0f64, 0f64), |(e, s), (&a, &b)| {
+                    (e + a as f64 * b as f64, s + (a as f64 * b as f64).abs())
+                });
+            assert!(
+                (dot as f64 - exact).abs() <= size * 1e-6,
+                "{path}: blocks {rows:?}: {dot} vs {exact}"
+            );
+        }
+    }
+}
