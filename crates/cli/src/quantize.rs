@@ -32,7 +32,8 @@ use synaptix_kernels_cpu::{
     q3_k_s, q3_k_m (or q3_k), q3_k_l, q4_k_s, q4_k_m (or q4_k), q5_k_s, q5_k_m (or q5_k),\n\
     q6_k.\n\
     synaptix's own (written only to .syn bundles): mxfp8 (OCP MXFP8: E4M3 values, an E8M0 scale\n\
-    per 32), nvfp4 (E2M1 values, an E4M3 scale per 16, an FP32 scale per tensor).\n\n\
+    per 32), nvfp4 (E2M1 values, an E4M3 scale per 16, an FP32 scale per tensor), sq1 .. sq8\n\
+    (b-bit codes as bit-planes, byte scales and offsets per 32 in super-blocks of 256).\n\n\
     Examples:\n  \
     synaptix quantize model-f16.gguf model-q4_k_m.gguf --type q4_k_m\n  \
     synaptix quantize model-f16.gguf model-q8_0.gguf --type q8_0 --pure\n  \
@@ -110,7 +111,7 @@ const fn preset_of(name: &'static str, dtype: DType, file_type: u32, mix: Mix) -
     }
 }
 
-const PRESETS: [Preset; 19] = [
+const PRESETS: [Preset; 27] = [
     preset_of("f32", DType::F32, 0, Mix::Output),
     preset_of("f16", DType::F16, 1, Mix::Output),
     preset_of("bf16", DType::BF16, 32, Mix::Output),
@@ -131,6 +132,14 @@ const PRESETS: [Preset; 19] = [
     // synaptix's own types: .syn bundles only (their file types are beyond llama.cpp's).
     preset_of("mxfp8", DType::MXFP8, 1001, Mix::Output),
     preset_of("nvfp4", DType::NVFP4, 1002, Mix::Output),
+    preset_of("sq1", DType::SQ1, 1011, Mix::Output),
+    preset_of("sq2", DType::SQ2, 1012, Mix::Output),
+    preset_of("sq3", DType::SQ3, 1013, Mix::Output),
+    preset_of("sq4", DType::SQ4, 1014, Mix::Output),
+    preset_of("sq5", DType::SQ5, 1015, Mix::Output),
+    preset_of("sq6", DType::SQ6, 1016, Mix::Output),
+    preset_of("sq7", DType::SQ7, 1017, Mix::Output),
+    preset_of("sq8", DType::SQ8, 1018, Mix::Output),
 ];
 
 fn preset(name: &str) -> Option<&'static Preset> {
@@ -180,10 +189,15 @@ fn type_for_rows(target: DType, cols: usize) -> DType {
         DType::Q5K => DType::Q5_1,
         DType::Q6K => DType::Q8_0,
         DType::NVFP4 => DType::MXFP8,
+        DType::SQ1 | DType::SQ2 | DType::SQ3 | DType::SQ4 => DType::NVFP4,
+        DType::SQ5 | DType::SQ6 | DType::SQ7 | DType::SQ8 => DType::MXFP8,
         other => other,
     };
     if cols.is_multiple_of(fallback.block_len()) {
         fallback
+    } else if fallback != target {
+        // synaptix's own chains: SQ1-SQ4 -> NVFP4 -> MXFP8 (llama-quantize's end at F16 here).
+        type_for_rows(fallback, cols)
     } else {
         DType::F16
     }
@@ -250,10 +264,14 @@ impl Mixer<'_> {
             if let (true, Some(t)) = (output, self.output_tensor_type) {
                 ty = t;
             } else if output {
-                if !cols.is_multiple_of(base.block_len()) {
-                    ty = DType::Q8_0;
-                } else if base == DType::NVFP4 {
+                // synaptix's own presets keep the output in their own 8-bit types (rows that
+                // do not fit fall back along their own chain below).
+                if base == DType::NVFP4 {
                     ty = DType::MXFP8;
+                } else if base.sq_bits().is_some() {
+                    ty = DType::SQ8;
+                } else if !cols.is_multiple_of(base.block_len()) {
+                    ty = DType::Q8_0;
                 } else if !matches!(base, DType::Q8_0 | DType::MXFP8) {
                     ty = DType::Q6K;
                 }

@@ -318,7 +318,7 @@ fn npy_last_row(path: &Path) -> Vec<f32> {
         .collect()
 }
 
-/// Gemma 3 270M requantized to MXFP8 and NVFP4 (synaptix's own types, .syn bundles): their
+/// Gemma 3 270M requantized to MXFP8, NVFP4 and SQ3 / SQ8 (synaptix's own types, .syn bundles): their
 /// next-token logits stay near the source file's (the same pick; NMSE a few times Q8_0's for
 /// MXFP8's three mantissa bits, more for NVFP4's four-bit values), and NVFP4 keeps the output
 /// matrix (here the tied embeddings) in MXFP8; decoding the blocks wrongly would put the NMSE
@@ -395,9 +395,21 @@ fn gemma_microscaling_bundles_run_close_to_their_source() {
     assert!(e_mx < 1e-2 && e_nv < 5e-2, "mxfp8 {e_mx:e}, nvfp4 {e_nv:e}");
     assert_eq!(argmax(&got_mx), argmax(&want));
     assert_eq!(argmax(&got_nv), argmax(&want));
+    // SQ presets: every matrix with rows of whole 256-value super-blocks (FFN down), the others
+    // falling back (640-value rows: SQ3 to NVFP4, SQ8 to MXFP8). More bits, closer logits.
+    let (s3, s8) = (dir.join("sq3.syn"), dir.join("sq8.syn"));
+    quantize(&gemma, &s3, "sq3", &["--allow-requantize"]);
+    quantize(&gemma, &s8, "sq8", &["--allow-requantize"]);
+    let (e_s3, e_s8) = (nmse(&logits(&s3, "sq3")), nmse(&logits(&s8, "sq8")));
+    eprintln!("sq3 {e_s3:.2e}, sq8 {e_s8:.2e}");
+    assert!(
+        e_s8 < e_mx && e_s8 < e_s3 && e_s3 < 0.2,
+        "sq3 {e_s3:e}, sq8 {e_s8:e}"
+    );
     for (file, types) in [
         (&mx, &["\"mxfp8\""][..]),
         (&nv, &["\"nvfp4\"", "\"mxfp8\""][..]),
+        (&s3, &["\"sq3\"", "\"nvfp4\"", "\"mxfp8\""][..]),
     ] {
         let inspect = synaptix(&["inspect", file.to_str().unwrap(), "--json"]);
         let text = String::from_utf8_lossy(&inspect.stdout);

@@ -46,6 +46,16 @@ pub enum DType {
     /// NVFP4: E2M1 values, an E4M3 scale per 16 and an FP32 scale per tensor, in blocks of 64
     /// that each repeat the tensor's scale (docs/syn.md).
     NVFP4 = 1002,
+    /// SQ1 .. SQ8: synaptix's portable formats, super-blocks of 256 with `b`-bit codes as
+    /// bit-planes and byte scales and offsets per 32 (docs/syn.md).
+    SQ1 = 1011,
+    SQ2 = 1012,
+    SQ3 = 1013,
+    SQ4 = 1014,
+    SQ5 = 1015,
+    SQ6 = 1016,
+    SQ7 = 1017,
+    SQ8 = 1018,
 }
 
 /// Elements per super-block of the k-quants and i-quants.
@@ -55,7 +65,7 @@ impl DType {
     /// The first id of synaptix's own types (never read from or written to GGUF).
     pub const SYNAPTIX_IDS: u32 = 1000;
 
-    pub const ALL: [DType; 34] = [
+    pub const ALL: [DType; 42] = [
         DType::F32,
         DType::F16,
         DType::Q4_0,
@@ -90,6 +100,14 @@ impl DType {
         DType::MXFP4,
         DType::MXFP8,
         DType::NVFP4,
+        DType::SQ1,
+        DType::SQ2,
+        DType::SQ3,
+        DType::SQ4,
+        DType::SQ5,
+        DType::SQ6,
+        DType::SQ7,
+        DType::SQ8,
     ];
 
     /// The dtype with this GGUF / ggml type id, if it is one we know.
@@ -120,6 +138,7 @@ impl DType {
             Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | IQ2XXS | IQ2XS | IQ3XXS | IQ1S | IQ3S | IQ2S
             | IQ4XS | IQ1M | TQ1_0 | TQ2_0 => QK_K,
             NVFP4 => 64,
+            SQ1 | SQ2 | SQ3 | SQ4 | SQ5 | SQ6 | SQ7 | SQ8 => QK_K,
         }
     }
 
@@ -157,7 +176,25 @@ impl DType {
             MXFP4 => 17,
             MXFP8 => 33,
             NVFP4 => 40,
+            // 20-byte header, then b u32 bit-planes for each of 8 sub-blocks.
+            SQ1 | SQ2 | SQ3 | SQ4 | SQ5 | SQ6 | SQ7 | SQ8 => 20 + 32 * self.sq_bits().unwrap_or(0),
         }
+    }
+
+    /// The code width of SQ1 .. SQ8.
+    pub fn sq_bits(self) -> Option<usize> {
+        use DType::*;
+        Some(match self {
+            SQ1 => 1,
+            SQ2 => 2,
+            SQ3 => 3,
+            SQ4 => 4,
+            SQ5 => 5,
+            SQ6 => 6,
+            SQ7 => 7,
+            SQ8 => 8,
+            _ => return None,
+        })
     }
 
     /// True for ggml's block-quantized types.
@@ -218,6 +255,14 @@ impl DType {
             MXFP4 => "mxfp4",
             MXFP8 => "mxfp8",
             NVFP4 => "nvfp4",
+            SQ1 => "sq1",
+            SQ2 => "sq2",
+            SQ3 => "sq3",
+            SQ4 => "sq4",
+            SQ5 => "sq5",
+            SQ6 => "sq6",
+            SQ7 => "sq7",
+            SQ8 => "sq8",
         }
     }
 

@@ -11,9 +11,9 @@ pub(crate) fn executable(dtype: DType) -> bool {
     )
 }
 
-/// Weight formats only the CPU kernels execute so far (synaptix's own MXFP8 and NVFP4).
+/// Weight formats only the CPU kernels execute so far (synaptix's own MXFP8, NVFP4, SQ1 .. SQ8).
 pub(crate) fn cpu_only(dtype: DType) -> bool {
-    matches!(dtype, DType::MXFP8 | DType::NVFP4)
+    matches!(dtype, DType::MXFP8 | DType::NVFP4) || dtype.sq_bits().is_some()
 }
 
 /// Formats some backend executes: the loaders check these, each backend's `matrix` its own.

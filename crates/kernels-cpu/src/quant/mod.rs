@@ -8,7 +8,7 @@
 //!
 //! | weights | activations |
 //! |---|---|
-//! | F32, MXFP8, NVFP4 | F32 |
+//! | F32, MXFP8, NVFP4, SQ1 .. SQ8 | F32 |
 //! | F16 | F16 (values rounded to half) |
 //! | BF16 | BF16 (values rounded to bfloat16) |
 //! | Q4_0, Q5_0, Q8_0 | Q8_0 |
@@ -24,6 +24,7 @@ mod legacy;
 mod matmul;
 pub(crate) mod mx;
 mod simd;
+mod sq;
 mod weights;
 
 pub use weights::{
@@ -82,6 +83,14 @@ pub fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
         DType::Q8K => kquants::dequantize_q8_k,
         DType::MXFP8 => mx::dequantize_mxfp8,
         DType::NVFP4 => mx::dequantize_nvfp4,
+        DType::SQ1 => sq::dequantize_sq1,
+        DType::SQ2 => sq::dequantize_sq2,
+        DType::SQ3 => sq::dequantize_sq3,
+        DType::SQ4 => sq::dequantize_sq4,
+        DType::SQ5 => sq::dequantize_sq5,
+        DType::SQ6 => sq::dequantize_sq6,
+        DType::SQ7 => sq::dequantize_sq7,
+        DType::SQ8 => sq::dequantize_sq8,
         _ => return Err(Error::UnsupportedDType { op: OP, dtype }),
     };
     check_len(OP, dtype, src.len(), dst.len())?;
@@ -94,6 +103,7 @@ pub fn activation_dtype(weight: DType) -> Result<DType> {
     Ok(match weight {
         DType::F32 | DType::F16 | DType::BF16 => weight,
         DType::MXFP8 | DType::NVFP4 => DType::F32,
+        d if d.sq_bits().is_some() => DType::F32,
         DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => DType::Q8_0,
         DType::Q4_1 | DType::Q5_1 => DType::Q8_1,
         DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K => DType::Q8K,
@@ -366,6 +376,14 @@ fn scalar_kernel(weight_dtype: DType) -> Option<DotFn> {
         DType::Q6K => kquants::dot_q6_k,
         DType::MXFP8 => mx::dot_mxfp8,
         DType::NVFP4 => mx::dot_nvfp4,
+        DType::SQ1 => sq::dot_sq1,
+        DType::SQ2 => sq::dot_sq2,
+        DType::SQ3 => sq::dot_sq3,
+        DType::SQ4 => sq::dot_sq4,
+        DType::SQ5 => sq::dot_sq5,
+        DType::SQ6 => sq::dot_sq6,
+        DType::SQ7 => sq::dot_sq7,
+        DType::SQ8 => sq::dot_sq8,
         _ => return None,
     })
 }
