@@ -1,7 +1,7 @@
 //! Deterministic random data for unit tests.
 
 /// Every weight type with a dot-product kernel: the SIMD paths are checked against scalar for each.
-pub(crate) const DOT_TYPES: [DType; 14] = [
+pub(crate) const DOT_TYPES: [DType; 15] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -16,6 +16,7 @@ pub(crate) const DOT_TYPES: [DType; 14] = [
     DType::Q5K,
     DType::Q6K,
     DType::MXFP8,
+    DType::NVFP4,
 ];
 
 /// SplitMix64.
@@ -84,6 +85,19 @@ pub(crate) fn random_weights(rng: &mut Rng, dtype: DType, rows: usize, k: usize)
         DType::BF16 => (0..n)
             .flat_map(|_| half::bf16::from_f32(rng.normal(1.0)).to_le_bytes())
             .collect(),
+        DType::NVFP4 => {
+            // Tensor scale 2^-7, micro-block scales any finite E4M3 byte, any codes.
+            let mut out = rng.bytes(n / 64 * 40);
+            for blk in out.chunks_exact_mut(40) {
+                blk[..4].copy_from_slice(&(1.0f32 / 128.0).to_le_bytes());
+                for b in &mut blk[4..8] {
+                    if *b & 0x7f == 0x7f {
+                        *b ^= 1;
+                    }
+                }
+            }
+            out
+        }
         DType::MXFP8 => {
             // Scales of 2^-17 .. 2^2; elements any finite E4M3 byte (the NaN bytes moved off).
             let mut out = rng.bytes(n / 32 * 33);

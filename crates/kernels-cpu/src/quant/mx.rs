@@ -317,13 +317,31 @@ pub(crate) fn quantize_nvfp4(x: &[f32], tensor_scale: f32, out: &mut Vec<u8>) {
     }
 }
 
+/// The tensor scale a block starts with; any NaN read as the canonical one, so that the kernels'
+/// results do not depend on which NaN operand an instruction keeps.
+#[inline]
+pub(crate) fn nvfp4_block_scale(block: &[u8]) -> f32 {
+    let ts = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
+    if ts.is_nan() {
+        f32::NAN
+    } else {
+        ts
+    }
+}
+
+/// The value of an E4M3 scale byte (the table's: NaN for 0x7F and 0xFF).
+#[inline]
+pub(crate) fn e4m3_scale(b: u8) -> f32 {
+    E4M3_VALUES[b as usize]
+}
+
 pub(crate) fn dequantize_nvfp4(src: &[u8], dst: &mut [f32]) {
     let table = &*E4M3_VALUES;
     for (block, out) in src
         .chunks_exact(NVFP4_BLOCK_BYTES)
         .zip(dst.chunks_exact_mut(NVFP4_QK))
     {
-        let ts = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
+        let ts = nvfp4_block_scale(block);
         for (i, o) in out.iter_mut().enumerate() {
             let scale = table[block[4 + i / NVFP4_MICRO] as usize];
             let code = (block[8 + i / 2] >> (4 * (i % 2))) & 15;
@@ -340,7 +358,7 @@ pub(crate) fn dot_nvfp4(w: &[u8], a: &QuantizedActs) -> f32 {
         .chunks_exact(NVFP4_BLOCK_BYTES)
         .zip(a.vals.chunks_exact(NVFP4_QK))
     {
-        let ts = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
+        let ts = nvfp4_block_scale(block);
         let mut block_sum = 0f32;
         for m in 0..4 {
             let mut lanes = [0f32; 8];

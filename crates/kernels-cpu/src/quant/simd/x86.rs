@@ -72,6 +72,7 @@ pub(crate) fn kernels(dtype: DType, path: Path) -> (Option<DotFn>, Option<BlockF
         (_, DType::Q5K) => (q5_k_avx2, q5_k_block_avx2),
         (_, DType::Q6K) => (q6_k_avx2, q6_k_block_avx2),
         (_, DType::MXFP8) => (mxfp8_avx2, mxfp8_block_avx2),
+        (_, DType::NVFP4) => (nvfp4_avx2, nvfp4_block_avx2),
         _ => return (None, None),
     };
     (Some(dot), Some(block))
@@ -2148,7 +2149,9 @@ unsafe fn mxfp8_weights(q: *const u8) -> [__m256; 4] {
     let low = _mm256_set1_epi32(0x7f);
     let up = _mm256_set1_ps(f32::from_bits((127 + 120) << 23));
     let nan = _mm256_set1_ps(f32::NAN);
-    core::array::from_fn(|c| {
+    // A loop, not `array::from_fn`: a closure would not inherit the caller's target features.
+    let mut out = [_mm256_setzero_ps(); 4];
+    for (c, o) in out.iter_mut().enumerate() {
         let b = _mm256_cvtepu8_epi32(_mm_loadl_epi64(q.add(8 * c) as *const __m128i));
         let magnitude = _mm256_and_si256(b, low);
         let bits = _mm256_or_si256(
@@ -2157,8 +2160,9 @@ unsafe fn mxfp8_weights(q: *const u8) -> [__m256; 4] {
         );
         let v = _mm256_mul_ps(_mm256_castsi256_ps(bits), up);
         let is_nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(magnitude, low));
-        _mm256_blendv_ps(v, nan, is_nan)
-    })
+        *o = _mm256_blendv_ps(v, nan, is_nan);
+    }
+    out
 }
 
 /// ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) of one 8-lane vector.
@@ -2226,5 +2230,97 @@ unsafe fn mxfp8_block_avx2(
 unsafe fn mxfp8_avx2(w: &[u8], a: &QuantizedActs) -> f32 {
     let mut out = [0f32];
     mxfp8_block(w, w.len(), 1, core::slice::from_ref(a), &mut out, 1);
+    out[0]
+}
+
+// ---------------------------------------------------------------------------------------------
+// NVFP4 (synaptix's own type, `quant::mx`): the scalar kernel's order, each 16-value micro-block
+// as two 8-lane steps. E2M1 codes become f32 by a permute of the eight magnitudes and the sign
+// bit moved to bit 31.
+
+/// The 16 values of micro-block `m` of an NVFP4 block (its 8 code bytes at `q`), as two 8-lane
+/// vectors in element order.
+#[inline(always)]
+unsafe fn nvfp4_values(q: *const u8) -> [__m256; 2] {
+    let magnitudes = _mm256_setr_ps(0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0);
+    let shifts = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+    let mut out = [_mm256_setzero_ps(); 2];
+    for (c, o) in out.iter_mut().enumerate() {
+        // Bytes 4c .. 4c + 3, each twice: element 2i's code in the low nibble, 2i + 1's high.
+        let four = _mm_cvtsi32_si128((q.add(4 * c) as *const i32).read_unaligned());
+        let pairs = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(four, four));
+        let code = _mm256_and_si256(_mm256_srlv_epi32(pairs, shifts), _mm256_set1_epi32(15));
+        let v = _mm256_permutevar8x32_ps(magnitudes, code);
+        let sign = _mm256_slli_epi32(_mm256_and_si256(code, _mm256_set1_epi32(8)), 28);
+        *o = _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(v), sign));
+    }
+    out
+}
+
+#[inline(always)]
+unsafe fn nvfp4_block(
+    w: &[u8],
+    row_bytes: usize,
+    nrows: usize,
+    acts: &[QuantizedActs],
+    out: &mut [f32],
+    stride: usize,
+) {
+    use crate::quant::mx::{e4m3_scale, nvfp4_block_scale, NVFP4_BLOCK_BYTES, NVFP4_QK};
+    let nb = row_bytes / NVFP4_BLOCK_BYTES;
+    let mut sums = [0f32; MAX_ACTS];
+    for j in 0..nrows {
+        let row = w.as_ptr().add(j * row_bytes);
+        for (g, group) in acts.chunks(MAX_ACTS).enumerate() {
+            sums[..group.len()].fill(0.0);
+            for b in 0..nb {
+                let block = row.add(b * NVFP4_BLOCK_BYTES);
+                let ts = nvfp4_block_scale(core::slice::from_raw_parts(block, 4));
+                let mut micro = [[_mm256_setzero_ps(); 2]; 4];
+                let mut scales = [0f32; 4];
+                for m in 0..4 {
+                    micro[m] = nvfp4_values(block.add(8 + 8 * m));
+                    scales[m] = e4m3_scale(*block.add(4 + m));
+                }
+                for (s, a) in sums.iter_mut().zip(group) {
+                    let x = a.vals.as_ptr().add(b * NVFP4_QK);
+                    let mut block_sum = 0f32;
+                    for (m, vs) in micro.iter().enumerate() {
+                        let xm = x.add(16 * m);
+                        // 0 + p first, as the scalar lanes start.
+                        let lanes = _mm256_add_ps(
+                            _mm256_setzero_ps(),
+                            _mm256_mul_ps(vs[0], _mm256_loadu_ps(xm)),
+                        );
+                        let lanes =
+                            _mm256_add_ps(lanes, _mm256_mul_ps(vs[1], _mm256_loadu_ps(xm.add(8))));
+                        block_sum += mxfp8_lane_tree(lanes) * scales[m];
+                    }
+                    *s += block_sum * ts;
+                }
+            }
+            for (i, s) in sums[..group.len()].iter().enumerate() {
+                out[j * stride + g * MAX_ACTS + i] = *s;
+            }
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nvfp4_block_avx2(
+    w: &[u8],
+    row_bytes: usize,
+    nrows: usize,
+    acts: &[QuantizedActs],
+    out: &mut [f32],
+    stride: usize,
+) {
+    nvfp4_block(w, row_bytes, nrows, acts, out, stride)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nvfp4_avx2(w: &[u8], a: &QuantizedActs) -> f32 {
+    let mut out = [0f32];
+    nvfp4_block(w, w.len(), 1, core::slice::from_ref(a), &mut out, 1);
     out[0]
 }
