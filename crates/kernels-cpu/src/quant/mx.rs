@@ -336,14 +336,13 @@ pub(crate) fn e4m3_scale(b: u8) -> f32 {
 }
 
 pub(crate) fn dequantize_nvfp4(src: &[u8], dst: &mut [f32]) {
-    let table = &*E4M3_VALUES;
     for (block, out) in src
         .chunks_exact(NVFP4_BLOCK_BYTES)
         .zip(dst.chunks_exact_mut(NVFP4_QK))
     {
         let ts = nvfp4_block_scale(block);
         for (i, o) in out.iter_mut().enumerate() {
-            let scale = table[block[4 + i / NVFP4_MICRO] as usize];
+            let scale = e4m3_scale(block[4 + i / NVFP4_MICRO]);
             let code = (block[8 + i / 2] >> (4 * (i % 2))) & 15;
             *o = (E2M1_VALUES[code as usize] * scale) * ts;
         }
@@ -352,7 +351,6 @@ pub(crate) fn dequantize_nvfp4(src: &[u8], dst: &mut [f32]) {
 
 /// One weight row (NVFP4 blocks) dotted with f32 activations, in the order of the notes above.
 pub(crate) fn dot_nvfp4(w: &[u8], a: &QuantizedActs) -> f32 {
-    let table = &*E4M3_VALUES;
     let mut sum = 0f32;
     for (block, x) in w
         .chunks_exact(NVFP4_BLOCK_BYTES)
@@ -371,7 +369,7 @@ pub(crate) fn dot_nvfp4(w: &[u8], a: &QuantizedActs) -> f32 {
             }
             let tree = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6]))
                 + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
-            block_sum += tree * table[block[4 + m] as usize];
+            block_sum += tree * e4m3_scale(block[4 + m]);
         }
         sum += block_sum * ts;
     }
