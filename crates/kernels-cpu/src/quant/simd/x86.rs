@@ -2135,6 +2135,31 @@ kquant_entries!(
     lanes = false
 );
 
+/// The AVX2 single-dot and block entry points of a kernel body over f32 activations (synaptix's
+/// own types); the single dot is the block body's one-row, one-activation instance.
+macro_rules! float_acts_entries {
+    ($dot:ident, $block:ident, $body:ident) => {
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $block(
+            w: &[u8],
+            row_bytes: usize,
+            nrows: usize,
+            acts: &[QuantizedActs],
+            out: &mut [f32],
+            stride: usize,
+        ) {
+            $body(w, row_bytes, nrows, acts, out, stride)
+        }
+
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn $dot(w: &[u8], a: &QuantizedActs) -> f32 {
+            let mut out = [0f32];
+            $body(w, w.len(), 1, core::slice::from_ref(a), &mut out, 1);
+            out[0]
+        }
+    };
+}
+
 // ---------------------------------------------------------------------------------------------
 // MXFP8 (synaptix's own type, `quant::mx`): the scalar kernel's eight lane sums a block as one
 // 8-lane vector (four multiplies and adds, never fused), its lane tree, then the block term
@@ -2214,24 +2239,7 @@ unsafe fn mxfp8_block(
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn mxfp8_block_avx2(
-    w: &[u8],
-    row_bytes: usize,
-    nrows: usize,
-    acts: &[QuantizedActs],
-    out: &mut [f32],
-    stride: usize,
-) {
-    mxfp8_block(w, row_bytes, nrows, acts, out, stride)
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn mxfp8_avx2(w: &[u8], a: &QuantizedActs) -> f32 {
-    let mut out = [0f32];
-    mxfp8_block(w, w.len(), 1, core::slice::from_ref(a), &mut out, 1);
-    out[0]
-}
+float_acts_entries!(mxfp8_avx2, mxfp8_block_avx2, mxfp8_block);
 
 // ---------------------------------------------------------------------------------------------
 // NVFP4 (synaptix's own type, `quant::mx`): the scalar kernel's order, each 16-value micro-block
@@ -2306,21 +2314,4 @@ unsafe fn nvfp4_block(
     }
 }
 
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn nvfp4_block_avx2(
-    w: &[u8],
-    row_bytes: usize,
-    nrows: usize,
-    acts: &[QuantizedActs],
-    out: &mut [f32],
-    stride: usize,
-) {
-    nvfp4_block(w, row_bytes, nrows, acts, out, stride)
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn nvfp4_avx2(w: &[u8], a: &QuantizedActs) -> f32 {
-    let mut out = [0f32];
-    nvfp4_block(w, w.len(), 1, core::slice::from_ref(a), &mut out, 1);
-    out[0]
-}
+float_acts_entries!(nvfp4_avx2, nvfp4_block_avx2, nvfp4_block);
