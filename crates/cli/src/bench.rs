@@ -263,6 +263,14 @@ fn file_type_name(id: u64) -> Option<&'static str> {
         32 => "BF16",
         1001 => "MXFP8",
         1002 => "NVFP4",
+        1011 => "SQ1",
+        1012 => "SQ2",
+        1013 => "SQ3",
+        1014 => "SQ4",
+        1015 => "SQ5",
+        1016 => "SQ6",
+        1017 => "SQ7",
+        1018 => "SQ8",
         _ => return None,
     })
 }

@@ -1,7 +1,7 @@
 //! Deterministic random data for unit tests.
 
 /// Every weight type with a dot-product kernel: the SIMD paths are checked against scalar for each.
-pub(crate) const DOT_TYPES: [DType; 15] = [
+pub(crate) const DOT_TYPES: [DType; 23] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -17,6 +17,14 @@ pub(crate) const DOT_TYPES: [DType; 15] = [
     DType::Q6K,
     DType::MXFP8,
     DType::NVFP4,
+    DType::SQ1,
+    DType::SQ2,
+    DType::SQ3,
+    DType::SQ4,
+    DType::SQ5,
+    DType::SQ6,
+    DType::SQ7,
+    DType::SQ8,
 ];
 
 /// SplitMix64.
@@ -62,6 +70,7 @@ pub(crate) fn scale_offsets(dtype: DType) -> &'static [usize] {
     match dtype {
         DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
         DType::Q4_1 | DType::Q5_1 | DType::Q4K | DType::Q5K => &[0, 2],
+        d if d.sq_bits().is_some() => &[0, 2],
         DType::Q2K => &[80, 82],
         DType::Q3K => &[108],
         DType::Q6K => &[208],

@@ -19,8 +19,8 @@ use super::float::{f16_to_f32, f32_to_f16, read_f16};
 use super::QuantizedActs;
 
 pub(crate) const QK: usize = 256;
-const SUB: usize = 32;
-const HEADER: usize = 20;
+pub(crate) const SUB: usize = 32;
+pub(crate) const HEADER: usize = 20;
 
 /// Bytes of one super-block of `bits`-bit codes.
 pub(crate) const fn block_bytes(bits: usize) -> usize {

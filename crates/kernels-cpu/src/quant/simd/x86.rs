@@ -73,6 +73,14 @@ pub(crate) fn kernels(dtype: DType, path: Path) -> (Option<DotFn>, Option<BlockF
         (_, DType::Q6K) => (q6_k_avx2, q6_k_block_avx2),
         (_, DType::MXFP8) => (mxfp8_avx2, mxfp8_block_avx2),
         (_, DType::NVFP4) => (nvfp4_avx2, nvfp4_block_avx2),
+        (_, DType::SQ1) => (sq1_avx2, sq1_block_avx2),
+        (_, DType::SQ2) => (sq2_avx2, sq2_block_avx2),
+        (_, DType::SQ3) => (sq3_avx2, sq3_block_avx2),
+        (_, DType::SQ4) => (sq4_avx2, sq4_block_avx2),
+        (_, DType::SQ5) => (sq5_avx2, sq5_block_avx2),
+        (_, DType::SQ6) => (sq6_avx2, sq6_block_avx2),
+        (_, DType::SQ7) => (sq7_avx2, sq7_block_avx2),
+        (_, DType::SQ8) => (sq8_avx2, sq8_block_avx2),
         _ => return (None, None),
     };
     (Some(dot), Some(block))
@@ -2315,3 +2323,107 @@ unsafe fn nvfp4_block(
 }
 
 float_acts_entries!(nvfp4_avx2, nvfp4_block_avx2, nvfp4_block);
+
+// ---------------------------------------------------------------------------------------------
+// SQ1 .. SQ8 (synaptix's own types, `quant::sq`): the scalar kernel's lane sums (`Σ q·x` and
+// `Σ x`, element i to lane i mod 8) as 8-lane vectors, its trees and terms. A sub-block's codes
+// come from its bit-planes by shifting each broadcast plane right by the lanes' element indices.
+
+/// The 32 codes of one sub-block (its `bits` planes at `planes`) as four 8-lane f32 vectors.
+#[inline(always)]
+unsafe fn sq_codes(planes: *const u8, bits: usize) -> [__m256; 4] {
+    let one = _mm256_set1_epi32(1);
+    let mut out = [_mm256_setzero_ps(); 4];
+    for (c, o) in out.iter_mut().enumerate() {
+        let shifts = _mm256_add_epi32(
+            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            _mm256_set1_epi32(8 * c as i32),
+        );
+        let mut q = _mm256_setzero_si256();
+        for j in 0..bits {
+            let word = _mm256_set1_epi32((planes.add(4 * j) as *const i32).read_unaligned());
+            let bit = _mm256_and_si256(_mm256_srlv_epi32(word, shifts), one);
+            q = _mm256_or_si256(q, _mm256_sllv_epi32(bit, _mm256_set1_epi32(j as i32)));
+        }
+        *o = _mm256_cvtepi32_ps(q);
+    }
+    out
+}
+
+#[inline(always)]
+unsafe fn sq_block<const BITS: usize>(
+    w: &[u8],
+    row_bytes: usize,
+    nrows: usize,
+    acts: &[QuantizedActs],
+    out: &mut [f32],
+    stride: usize,
+) {
+    use crate::quant::float::read_f16;
+    use crate::quant::sq::{block_bytes, HEADER, QK as SQ_QK, SUB};
+    let bb = block_bytes(BITS);
+    let nb = row_bytes / bb;
+    let mut sums = [0f32; MAX_ACTS];
+    for j in 0..nrows {
+        let row = &w[j * row_bytes..(j + 1) * row_bytes];
+        for (g, group) in acts.chunks(MAX_ACTS).enumerate() {
+            sums[..group.len()].fill(0.0);
+            for b in 0..nb {
+                let block = &row[b * bb..(b + 1) * bb];
+                let d = read_f16(block, 0);
+                let dmin = read_f16(block, 2);
+                for s in 0..8 {
+                    let q = sq_codes(block.as_ptr().add(HEADER + 4 * BITS * s), BITS);
+                    let a_s = d * block[4 + s] as f32;
+                    let m_s = dmin * block[12 + s] as f32;
+                    for (sum, a) in sums.iter_mut().zip(group) {
+                        let x = a.vals.as_ptr().add(b * SQ_QK + s * SUB);
+                        let x0 = _mm256_loadu_ps(x);
+                        // 0 + first, as the scalar lanes start.
+                        let mut qx = _mm256_add_ps(_mm256_setzero_ps(), _mm256_mul_ps(q[0], x0));
+                        let mut sx = _mm256_add_ps(_mm256_setzero_ps(), x0);
+                        for (c, qc) in q.iter().enumerate().skip(1) {
+                            let xc = _mm256_loadu_ps(x.add(8 * c));
+                            qx = _mm256_add_ps(qx, _mm256_mul_ps(*qc, xc));
+                            sx = _mm256_add_ps(sx, xc);
+                        }
+                        *sum += a_s * mxfp8_lane_tree(qx) - m_s * mxfp8_lane_tree(sx);
+                    }
+                }
+            }
+            for (i, s) in sums[..group.len()].iter().enumerate() {
+                out[j * stride + g * MAX_ACTS + i] = *s;
+            }
+        }
+    }
+}
+
+macro_rules! sq_entries {
+    ($($bits:literal: $dot:ident, $block:ident, $body:ident;)*) => {
+        $(
+            #[inline(always)]
+            unsafe fn $body(
+                w: &[u8],
+                row_bytes: usize,
+                nrows: usize,
+                acts: &[QuantizedActs],
+                out: &mut [f32],
+                stride: usize,
+            ) {
+                sq_block::<$bits>(w, row_bytes, nrows, acts, out, stride)
+            }
+            float_acts_entries!($dot, $block, $body);
+        )*
+    };
+}
+
+sq_entries! {
+    1: sq1_avx2, sq1_block_avx2, sq1_body;
+    2: sq2_avx2, sq2_block_avx2, sq2_body;
+    3: sq3_avx2, sq3_block_avx2, sq3_body;
+    4: sq4_avx2, sq4_block_avx2, sq4_body;
+    5: sq5_avx2, sq5_block_avx2, sq5_body;
+    6: sq6_avx2, sq6_block_avx2, sq6_body;
+    7: sq7_avx2, sq7_block_avx2, sq7_body;
+    8: sq8_avx2, sq8_block_avx2, sq8_body;
+}
