@@ -46,8 +46,8 @@ fn codes(planes: &[u8], bits: usize) -> [u32; SUB] {
 }
 
 /// The scale and offset `(a, m)` with `x ≈ a·q - m` and the codes for them, least-squares best
-/// over a grid of candidate scales; `a >= 0`, `m >= 0` (the offset is at most the lowest value's
-/// negation, as the k-quants keep it).
+/// over a grid of candidate scales; `a >= 0` and `m >= 0` (where least squares would add a positive
+/// offset, the offset is 0 and the scale is fitted alone).
 fn search(x: &[f32], nmax: u32) -> (f32, f32) {
     let lo = x.iter().fold(f32::INFINITY, |m, &v| m.min(v)).min(0.0);
     let hi = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
