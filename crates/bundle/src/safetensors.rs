@@ -18,9 +18,11 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use memmap2::Mmap;
 use serde_json::Value;
+use synaptix_core::Blob;
 
 /// The largest header accepted (the reference implementation's limit).
 pub const MAX_HEADER_LEN: u64 = 100_000_000;
@@ -219,7 +221,7 @@ impl SafetensorsError {
 /// A validated, memory-mapped safetensors file.
 pub struct SafetensorsFile {
     path: PathBuf,
-    map: Mmap,
+    map: Arc<Mmap>,
     header_len: u64,
     /// In header order (JSON object order).
     tensors: Vec<StTensor>,
@@ -282,7 +284,7 @@ impl SafetensorsFile {
         let map = map.expect("non-empty file is mapped");
         Ok(SafetensorsFile {
             path: p(),
-            map,
+            map: Arc::new(map),
             header_len,
             index: parsed
                 .tensors
@@ -336,6 +338,15 @@ impl SafetensorsFile {
     /// If `t` does not come from this file and lies outside it.
     pub fn bytes(&self, t: &StTensor) -> &[u8] {
         &self.map[t.offset..t.offset + t.len]
+    }
+
+    /// The tensor's bytes as a shareable [`Blob`] that keeps the mapping alive (zero-copy).
+    ///
+    /// # Panics
+    /// If `t` does not come from this file and lies outside it.
+    pub fn blob(&self, t: &StTensor) -> Blob {
+        let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = self.map.clone();
+        Blob::window(owner, t.offset..t.offset + t.len).expect("tensor bounds checked at open")
     }
 
     /// All elements as f32 (F32, F16, BF16 exactly; F64 rounded); other types are an error.

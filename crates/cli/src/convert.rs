@@ -79,14 +79,14 @@ pub fn run(a: ConvertArgs) -> Result<()> {
     let start = Instant::now();
     let input_path = synaptix_bundle::cache::resolve_model(&a.input.to_string_lossy());
     let container = container_of(&a.output, a.to)?;
-    if input_path.is_dir() || input_path.extension().is_some_and(|e| e == "safetensors") {
+    if input_path.extension().is_some_and(|e| e == "safetensors") {
         bail!(
-            "{}: convert reads GGUF files and .syn bundles (LLMs from safetensors are not \
-             supported yet)",
+            "{}: convert reads a whole Hugging Face model directory (config.json, safetensors, \
+             tokenizer.json), not one safetensors file",
             input_path.display()
         );
     }
-    let input = GgufFile::open(&input_path)?;
+    let input = synaptix_models::open_model_file(&input_path)?;
     if input_path.canonicalize().ok() == a.output.canonicalize().ok() {
         bail!(
             "the output would overwrite the input {}",
@@ -116,10 +116,14 @@ pub fn run(a: ConvertArgs) -> Result<()> {
                     bytes: t.n_bytes,
                 })
                 .collect();
-            let source = serde_json::json!({
-                "format": if input.is_syn() { "syn" } else { "gguf" },
-                "version": input.version,
-            });
+            let format = if input.is_syn() {
+                "syn"
+            } else if input.is_assembled() {
+                "safetensors"
+            } else {
+                "gguf"
+            };
+            let source = serde_json::json!({ "format": format, "version": input.version });
             // GGUF's alignment key describes GGUF's own layout; a bundle has its own.
             let metadata: Vec<(String, Value)> = input
                 .metadata()
@@ -130,6 +134,15 @@ pub fn run(a: ConvertArgs) -> Result<()> {
             write_syn(&mut out, &metadata, &specs, Some(source), &mut fill)
         }
         Container::Gguf => {
+            if input.get("tokenizer.ggml.model").is_none()
+                && input.get(synaptix_tokenizer::KEY_HF_JSON).is_some()
+                && !a.json
+            {
+                eprintln!(
+                    "note: the tokenizer travels whole as tokenizer.huggingface.json, which \
+                     synaptix reads and llama.cpp does not"
+                );
+            }
             let mut w = GgufWriter::new();
             for (key, value) in input.metadata() {
                 w.add_metadata(key.clone(), value.clone());

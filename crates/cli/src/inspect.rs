@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use clap::Args;
 use synaptix_bundle::onnx::{Dim, OnnxFile, TensorData, ValueInfo};
-use synaptix_bundle::{Ct2File, GgufFile, SafetensorsFile, Value};
+use synaptix_bundle::{Ct2File, SafetensorsFile, Value};
 
 /// Arrays longer than this are shown as their first items and a count.
 const ARRAY_PREVIEW: usize = 8;
@@ -37,13 +37,16 @@ pub fn run(mut a: InspectArgs) -> Result<()> {
     if let Some(onnx) = onnx_model(&a.file)? {
         return inspect_onnx(&onnx, &a);
     }
-    if let Some(st) = safetensors_model(&a.file) {
+    // A Hugging Face LLM directory shows as the model synaptix reads (GGUF's names and keys);
+    // other safetensors (BERT, single files) show as stored.
+    let hf_llm = synaptix_models::is_hf_llm_dir(&a.file);
+    if let Some(st) = safetensors_model(&a.file).filter(|_| !hf_llm) {
         return inspect_safetensors(&st, &a);
     }
     if let Some(model_bin) = ct2_model(&a.file) {
         return inspect_ct2(&model_bin, &a);
     }
-    let file = GgufFile::open(&a.file)?;
+    let file = synaptix_models::open_model_file(&a.file)?;
     if a.verify && !file.is_syn() {
         anyhow::bail!(
             "--verify: {} is {}, which has no checksums (convert it to .syn to get them)",

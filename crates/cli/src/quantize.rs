@@ -18,7 +18,7 @@ use std::time::Instant;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use rayon::prelude::*;
-use synaptix_bundle::gguf::{GgufFile, GgufWriter, TensorInfo, Value};
+use synaptix_bundle::gguf::{GgufWriter, TensorInfo, Value};
 use synaptix_bundle::syn::{write_syn, SynTensor};
 use synaptix_core::DType;
 use synaptix_kernels_cpu::{
@@ -356,7 +356,7 @@ pub fn run(mut a: QuantizeArgs) -> Result<()> {
         )
     })?;
     let start = Instant::now();
-    let input = GgufFile::open(&a.input)?;
+    let input = synaptix_models::open_model_file(&a.input)?;
     if a.input.canonicalize().ok() == a.output.canonicalize().ok() {
         bail!("the output would overwrite the input {}", a.input.display());
     }

@@ -2,7 +2,6 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use synaptix_bundle::GgufFile;
 use synaptix_tokenizer::Tokenizer;
 
 #[derive(Args)]
@@ -28,7 +27,7 @@ pub struct TokenizeArgs {
 
 pub fn run(mut a: TokenizeArgs) -> Result<()> {
     a.model = synaptix_bundle::cache::resolve_model(&a.model.to_string_lossy());
-    let file = GgufFile::open(&a.model)?;
+    let file = synaptix_models::open_model_file(&a.model)?;
     let tok = Tokenizer::from_gguf(&file)?;
     let ids = tok.encode(&a.text, !a.no_special, !a.no_parse_special)?;
     let pieces: Vec<String> = ids

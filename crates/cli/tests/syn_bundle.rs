@@ -117,7 +117,12 @@ fn convert_bad_requests_are_one_line_errors() {
     let st = dir.file("m.safetensors", b"");
     fails(
         &["convert", st.to_str().unwrap(), &dir.path("o.syn")],
-        "not supported yet",
+        "whole Hugging Face model directory",
+    );
+    // A directory that is no model at all.
+    fails(
+        &["convert", dir.0.to_str().unwrap(), &dir.path("o.syn")],
+        "directory",
     );
     fails(
         &["convert", &gguf, &dir.path("o.syn"), "--to", "onnx"],

@@ -121,7 +121,7 @@ impl Engine {
     /// Loads a model onto `device` (`Device::Cpu` or `Device::Cuda(n)`).
     pub fn load(path: impl AsRef<Path>, device: Device) -> Result<Engine> {
         let start = Instant::now();
-        let file = Arc::new(GgufFile::open(path)?);
+        let file = Arc::new(synaptix_models::open_model_file(path.as_ref())?);
         let model = synaptix_models::load_on(file.clone(), device)?;
         let tokenizer = Tokenizer::from_gguf(&file)?;
         Ok(Engine {

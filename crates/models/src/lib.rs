@@ -8,6 +8,8 @@
 //! | `qwen2` | [`qwen2`] | Qwen2, Qwen2.5 (QKV bias) |
 //! | `qwen3` | [`qwen3`] | Qwen3 dense (QK-norm) |
 //! | `gemma3` | [`gemma3`] | Gemma 3 text (sliding-window and global layers) |
+//!
+//! The same four also load from Hugging Face directories (safetensors), through [`hf`].
 //! | Whisper (CTranslate2) | [`whisper`] | Whisper speech recognition (encoder-decoder) |
 //! | BERT (safetensors) | [`bert`] | BERT sentence encoders (sentence-transformers, e.g. all-MiniLM-L6-v2) |
 //! | VITS (Piper ONNX) | [`vits`] | Piper text-to-speech voices |
@@ -15,6 +17,7 @@
 pub mod bert;
 mod decoder;
 pub mod gemma3;
+pub mod hf;
 mod hparams;
 pub mod llama;
 pub mod qwen2;
@@ -28,6 +31,7 @@ use std::sync::Arc;
 use synaptix_sample::DevicePick;
 
 pub use decoder::{Decoder, Layers, Trunk};
+pub use hf::{is_hf_llm_dir, open_hf_dir, open_model_file};
 pub use hparams::HParams;
 use synaptix_bundle::{GgufError, GgufFile};
 use synaptix_core::Device;

@@ -88,6 +88,20 @@ fn parse_hex_byte_token(text: &str) -> Option<u8> {
     u8::from_str_radix(hex, 16).ok()
 }
 
+/// `tokenizer_config.json`'s chat template: a string, or a list of named templates of which
+/// the default one is taken.
+fn config_chat_template(config: &Json) -> Option<String> {
+    match config.get("chat_template") {
+        Some(Json::String(s)) => Some(s.clone()),
+        Some(Json::Array(list)) => list
+            .iter()
+            .find(|t| t.get("name").and_then(Json::as_str) == Some("default"))
+            .and_then(|t| t.get("template").and_then(Json::as_str))
+            .map(str::to_string),
+        _ => None,
+    }
+}
+
 /// A token given in `tokenizer_config.json` as a string or as `{"content": ...}`.
 fn config_token(config: &Json, key: &str) -> Option<String> {
     let v = config.get(key)?;
@@ -96,18 +110,61 @@ fn config_token(config: &Json, key: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// What `tokenizer.json` leaves to other files: BOS, EOS and the chat template.
+pub(crate) struct HfExtras {
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+    pub chat_template: Option<String>,
+}
+
 impl HfTokenizer {
+    /// `tokenizer.json` at `path`, with BOS, EOS and the chat template from
+    /// `tokenizer_config.json` beside it (and `chat_template.jinja`, where newer exports keep
+    /// the template).
     pub fn load(path: &Path) -> Result<HfTokenizer> {
-        let err = |message: String| TokenizerError::TokenizerJson {
-            path: path.to_path_buf(),
-            message,
-        };
         let raw = std::fs::read(path).map_err(|source| TokenizerError::Io {
             path: path.to_path_buf(),
             source,
         })?;
-        let json: Json = serde_json::from_slice(&raw).map_err(|e| err(e.to_string()))?;
-        let mut inner = tokenizers::Tokenizer::from_bytes(&raw).map_err(|e| err(e.to_string()))?;
+        let dir = path.parent();
+        let config: Option<Json> = dir
+            .map(|dir| dir.join("tokenizer_config.json"))
+            .and_then(|p| std::fs::read(p).ok())
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        let template_file = dir
+            .map(|dir| dir.join("chat_template.jinja"))
+            .and_then(|p| std::fs::read_to_string(p).ok());
+        Self::from_json(path, &raw, |inner| {
+            let lookup = |key: &str| {
+                config
+                    .as_ref()
+                    .and_then(|c| config_token(c, key))
+                    .and_then(|t| inner.token_to_id(&t))
+            };
+            HfExtras {
+                bos: lookup("bos_token"),
+                eos: lookup("eos_token"),
+                chat_template: config
+                    .as_ref()
+                    .and_then(config_chat_template)
+                    .or(template_file),
+            }
+        })
+    }
+
+    /// A `tokenizer.json` held in memory (`path` names it in errors); `extras` gives what the
+    /// file does not say, once the tokenizer is parsed.
+    pub fn from_json(
+        path: &Path,
+        raw: &[u8],
+        extras: impl FnOnce(&tokenizers::Tokenizer) -> HfExtras,
+    ) -> Result<HfTokenizer> {
+        let err = |message: String| TokenizerError::TokenizerJson {
+            path: path.to_path_buf(),
+            message,
+        };
+        let json: Json = serde_json::from_slice(raw).map_err(|e| err(e.to_string()))?;
+        let mut inner = tokenizers::Tokenizer::from_bytes(raw).map_err(|e| err(e.to_string()))?;
         // The file's truncation and padding (BERT exports carry e.g. a fixed 128) are a batch
         // encoder's settings: `encode` gives a text's ids whole, and callers truncate or pad.
         inner
@@ -116,6 +173,7 @@ impl HfTokenizer {
         inner.with_padding(None);
 
         let style = piece_style(json.get("decoder"));
+        drop(json);
         let added = inner.get_added_tokens_decoder();
         let n = inner.get_vocab_size(true);
         // Ids may have holes (an added token far past the model's vocabulary): size the table
@@ -162,30 +220,11 @@ impl HfTokenizer {
             .collect();
         special_ids.sort_unstable();
 
-        // BOS/EOS/template from tokenizer_config.json when present.
-        let config: Option<Json> = path
-            .parent()
-            .map(|dir| dir.join("tokenizer_config.json"))
-            .and_then(|p| std::fs::read(p).ok())
-            .and_then(|b| serde_json::from_slice(&b).ok());
-        let lookup = |key: &str| {
-            config
-                .as_ref()
-                .and_then(|c| config_token(c, key))
-                .and_then(|t| inner.token_to_id(&t))
-        };
-        let bos = lookup("bos_token");
-        let eos = lookup("eos_token");
-        let chat_template = config.as_ref().and_then(|c| match c.get("chat_template") {
-            Some(Json::String(s)) => Some(s.clone()),
-            // A list of named templates: take the default one.
-            Some(Json::Array(list)) => list
-                .iter()
-                .find(|t| t.get("name").and_then(Json::as_str) == Some("default"))
-                .and_then(|t| t.get("template").and_then(Json::as_str))
-                .map(str::to_string),
-            _ => None,
-        });
+        let HfExtras {
+            bos,
+            eos,
+            chat_template,
+        } = extras(&inner);
         // Whether encoding with special tokens adds BOS/EOS is the post-processor's business;
         // observe it rather than trusting a flag.
         let framed = inner

@@ -18,6 +18,7 @@ mod bpe;
 mod byte_level;
 mod error;
 pub mod espeak;
+mod gguf_keys;
 mod hf;
 mod piper;
 mod pretokenize;
@@ -32,12 +33,16 @@ use std::path::Path;
 use synaptix_bundle::GgufFile;
 
 pub use error::{Result, TokenizerError};
+pub use gguf_keys::gguf_vocab_keys;
 pub use piper::{PhonemeIds, PiperPhonemizer};
 pub use pretokenize::PreTokenizer;
 pub use stream::StreamDecoder;
 pub use vocab::TokenAttr;
 
 use hf::HfTokenizer;
+
+/// GGUF's key for a whole Hugging Face `tokenizer.json`.
+pub const KEY_HF_JSON: &str = "tokenizer.huggingface.json";
 use vocab::Vocab;
 
 /// Which tokenization algorithm a [`Tokenizer`] runs.
@@ -68,7 +73,36 @@ impl Tokenizer {
     ///
     /// Errors: a missing or ill-typed key, an unsupported `tokenizer.ggml.model` or
     /// `tokenizer.ggml.pre`, array lengths that disagree.
+    ///
+    /// A file that carries a whole Hugging Face tokenizer in `tokenizer.huggingface.json`
+    /// (GGUF's key for it; synaptix writes it for models from Hugging Face directories) gets
+    /// that tokenizer, the original, even beside `tokenizer.ggml.*` keys; BOS, EOS and the chat
+    /// template come from the `tokenizer.ggml.*_token_id` and `tokenizer.chat_template` keys.
     pub fn from_gguf(file: &GgufFile) -> Result<Tokenizer> {
+        if let Some(json) = file.get_str(KEY_HF_JSON)? {
+            let id = |key: &str| -> Result<Option<u32>> {
+                Ok(file.get_u64(key)?.and_then(|v| u32::try_from(v).ok()))
+            };
+            let bos = id("tokenizer.ggml.bos_token_id")?;
+            let eos = id("tokenizer.ggml.eos_token_id")?;
+            let chat_template = file.get_str("tokenizer.chat_template")?.map(str::to_string);
+            let hf = HfTokenizer::from_json(file.path(), json.as_bytes(), |_| hf::HfExtras {
+                bos,
+                eos,
+                chat_template,
+            })?;
+            return Ok(Tokenizer {
+                backend: Backend::Hf(Box::new(hf)),
+            });
+        }
+        Ok(Tokenizer {
+            backend: Backend::Gguf(Box::new(Vocab::from_gguf(file)?)),
+        })
+    }
+
+    /// The `tokenizer.ggml.*` vocabulary alone, as llama.cpp reads it, even where the file
+    /// also carries `tokenizer.huggingface.json`.
+    pub fn from_gguf_vocab(file: &GgufFile) -> Result<Tokenizer> {
         Ok(Tokenizer {
             backend: Backend::Gguf(Box::new(Vocab::from_gguf(file)?)),
         })

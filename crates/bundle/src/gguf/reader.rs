@@ -38,10 +38,12 @@ impl TensorInfo {
 }
 
 /// A validated, memory-mapped LLM model file: GGUF, or a `.syn` bundle (`crate::syn`), which
-/// carries the same typed metadata and tensor types.
+/// carries the same typed metadata and tensor types. A model assembled from another layout (a
+/// Hugging Face directory of safetensors) is held in the same shape through
+/// [`GgufFile::assembled`], so that every LLM command reads it as it reads GGUF.
 pub struct GgufFile {
     path: PathBuf,
-    map: Arc<Mmap>,
+    storage: Storage,
     pub version: u32,
     pub alignment: u64,
     /// Absolute offset of the tensor data section.
@@ -52,6 +54,16 @@ pub struct GgufFile {
     tensor_index: HashMap<String, usize>,
     /// A `.syn` bundle's per-tensor checksums (tensor order); `None` for GGUF.
     checksums: Option<Vec<u64>>,
+    /// The layout an assembled model came from; `None` for GGUF and `.syn` files.
+    label: Option<&'static str>,
+}
+
+/// Where the tensor bytes live.
+enum Storage {
+    /// One mapped file; `TensorInfo::file_offset` is absolute within it.
+    Mapped(Arc<Mmap>),
+    /// One blob per tensor, in table order (windows into other files' mappings, or owned bytes).
+    Assembled(Vec<Blob>),
 }
 
 impl std::fmt::Debug for GgufFile {
@@ -106,7 +118,7 @@ impl GgufFile {
                     .collect();
                 Ok(GgufFile {
                     path,
-                    map,
+                    storage: Storage::Mapped(map),
                     version: h.version,
                     alignment: h.alignment,
                     data_offset: h.data_offset,
@@ -115,10 +127,79 @@ impl GgufFile {
                     tensors: h.tensors,
                     tensor_index,
                     checksums: h.checksums,
+                    label: None,
                 })
             }
             Err(kind) => Err(GgufError::new(path, kind)),
         }
+    }
+
+    /// A model held in GGUF's shape whose tensors come from elsewhere: `metadata` with GGUF's
+    /// keys, and each tensor's description with its bytes. `label` names the layout in reports
+    /// ("safetensors"). Errors: a tensor whose byte count disagrees with its type and shape, or
+    /// a name given twice.
+    pub fn assembled(
+        path: PathBuf,
+        label: &'static str,
+        metadata: Vec<(String, Value)>,
+        tensors: Vec<(String, DType, Shape, Blob)>,
+    ) -> Result<GgufFile, GgufError> {
+        let mut infos = Vec::with_capacity(tensors.len());
+        let mut blobs = Vec::with_capacity(tensors.len());
+        let mut tensor_index = HashMap::with_capacity(tensors.len());
+        let mut offset = 0u64;
+        for (i, (name, dtype, shape, blob)) in tensors.into_iter().enumerate() {
+            let elements: u64 = shape.dims().iter().map(|&d| d as u64).product();
+            if dtype.bytes_for(elements) != Some(blob.len() as u64) {
+                return Err(GgufError::new(
+                    &path,
+                    K::BadDims {
+                        problem: format!(
+                            "do not match the {} bytes given as {}",
+                            blob.len(),
+                            dtype.name()
+                        ),
+                        name,
+                        dims: shape.dims().iter().map(|&d| d as u64).collect(),
+                        offset: 0,
+                    },
+                ));
+            }
+            if tensor_index.insert(name.clone(), i).is_some() {
+                return Err(GgufError::new(
+                    &path,
+                    K::DuplicateTensor { name, offset: 0 },
+                ));
+            }
+            infos.push(TensorInfo {
+                name,
+                shape,
+                dtype,
+                file_offset: offset,
+                n_bytes: blob.len() as u64,
+                info_offset: 0,
+            });
+            offset += blob.len() as u64;
+            blobs.push(blob);
+        }
+        let metadata_index = metadata
+            .iter()
+            .enumerate()
+            .map(|(i, (k, _))| (k.clone(), i))
+            .collect();
+        Ok(GgufFile {
+            path,
+            storage: Storage::Assembled(blobs),
+            version: 0,
+            alignment: 1,
+            data_offset: 0,
+            metadata,
+            metadata_index,
+            tensors: infos,
+            tensor_index,
+            checksums: None,
+            label: Some(label),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -132,7 +213,9 @@ impl GgufFile {
 
     /// The container's name and version for reports: "GGUF v3", ".syn v1".
     pub fn format_label(&self) -> String {
-        if self.is_syn() {
+        if let Some(label) = self.label {
+            label.to_string()
+        } else if self.is_syn() {
             format!(".syn v{}", self.version)
         } else {
             format!("GGUF v{}", self.version)
@@ -166,8 +249,17 @@ impl GgufFile {
         Ok(true)
     }
 
+    /// The mapped file's length; for an assembled model, its tensors' bytes.
     pub fn file_len(&self) -> u64 {
-        self.map.len() as u64
+        match &self.storage {
+            Storage::Mapped(map) => map.len() as u64,
+            Storage::Assembled(blobs) => blobs.iter().map(|b| b.len() as u64).sum(),
+        }
+    }
+
+    /// Whether the tensors come from another layout ([`GgufFile::assembled`]).
+    pub fn is_assembled(&self) -> bool {
+        matches!(self.storage, Storage::Assembled(_))
     }
 
     /// Metadata in file order.
@@ -190,8 +282,16 @@ impl GgufFile {
 
     /// The tensor's bytes, borrowed from the mapping (bounds were checked at open).
     pub fn tensor_bytes(&self, info: &TensorInfo) -> &[u8] {
-        let start = info.file_offset as usize;
-        &self.map[start..start + info.n_bytes as usize]
+        match &self.storage {
+            Storage::Mapped(map) => {
+                let start = info.file_offset as usize;
+                &map[start..start + info.n_bytes as usize]
+            }
+            Storage::Assembled(blobs) => self
+                .tensor_index
+                .get(&info.name)
+                .map_or(&[][..], |&i| blobs[i].as_bytes()),
+        }
     }
 
     /// The tensor's bytes as a shareable [`Blob`] that keeps the mapping alive.
@@ -199,8 +299,15 @@ impl GgufFile {
         let info = self
             .tensor_info(name)
             .ok_or_else(|| GgufError::new(&self.path, K::MissingTensor(name.to_string())))?;
+        let map = match &self.storage {
+            Storage::Mapped(map) => map,
+            Storage::Assembled(blobs) => {
+                let i = self.tensor_index[&info.name];
+                return Ok((info.clone(), blobs[i].clone()));
+            }
+        };
         let start = info.file_offset as usize;
-        let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = self.map.clone();
+        let owner: Arc<dyn AsRef<[u8]> + Send + Sync> = map.clone();
         let blob = Blob::window(owner, start..start + info.n_bytes as usize).ok_or_else(|| {
             GgufError::new(
                 &self.path,
