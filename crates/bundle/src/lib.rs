@@ -7,6 +7,8 @@
 //! - [`safetensors`]: Hugging Face safetensors reader (memory-mapped, strictly validated).
 //! - [`onnx`]: ONNX `ModelProto` reader (memory-mapped, hand-parsed protobuf, strictly
 //!   validated, zero-copy `raw_data`).
+//! - [`symb`]: SYNAXIM's `.symb` directory format: one file per tensor (INT4 groups, FP16,
+//!   FP32 or INT8); read and written tensor by tensor.
 //! - [`syn`]: synaptix's own `.syn` bundle (`docs/syn.md`): read through [`GgufFile::open`],
 //!   written by [`syn::write_syn`].
 //! - [`cache`]: where fetched models are cached.
@@ -16,6 +18,7 @@ pub mod ct2;
 pub mod gguf;
 pub mod onnx;
 pub mod safetensors;
+pub mod symb;
 pub mod syn;
 
 pub use ct2::{Ct2DType, Ct2Error, Ct2File, Ct2Variable};

@@ -56,6 +56,10 @@ pub enum DType {
     SQ6 = 1016,
     SQ7 = 1017,
     SQ8 = 1018,
+    /// The `.symb` directory format's INT4 groups (docs/symb.md) as blocks of 128: an f32 scale,
+    /// then 64 bytes of 4-bit codes, the first of each pair in the high nibble;
+    /// w = (code - 8) · scale.
+    SYMB4 = 1020,
 }
 
 /// Elements per super-block of the k-quants and i-quants.
@@ -65,7 +69,7 @@ impl DType {
     /// The first id of synaptix's own types (never read from or written to GGUF).
     pub const SYNAPTIX_IDS: u32 = 1000;
 
-    pub const ALL: [DType; 42] = [
+    pub const ALL: [DType; 43] = [
         DType::F32,
         DType::F16,
         DType::Q4_0,
@@ -108,6 +112,7 @@ impl DType {
         DType::SQ6,
         DType::SQ7,
         DType::SQ8,
+        DType::SYMB4,
     ];
 
     /// The dtype with this GGUF / ggml type id, if it is one we know.
@@ -139,6 +144,7 @@ impl DType {
             | IQ4XS | IQ1M | TQ1_0 | TQ2_0 => QK_K,
             NVFP4 => 64,
             SQ1 | SQ2 | SQ3 | SQ4 | SQ5 | SQ6 | SQ7 | SQ8 => QK_K,
+            SYMB4 => 128,
         }
     }
 
@@ -178,6 +184,7 @@ impl DType {
             NVFP4 => 40,
             // 20-byte header, then b u32 bit-planes for each of 8 sub-blocks.
             SQ1 | SQ2 | SQ3 | SQ4 | SQ5 | SQ6 | SQ7 | SQ8 => 20 + 32 * self.sq_bits().unwrap_or(0),
+            SYMB4 => 68,
         }
     }
 
@@ -263,6 +270,7 @@ impl DType {
             SQ6 => "sq6",
             SQ7 => "sq7",
             SQ8 => "sq8",
+            SYMB4 => "symb4",
         }
     }
 

@@ -1,7 +1,7 @@
 //! Deterministic random data for unit tests.
 
 /// Every weight type with a dot-product kernel: the SIMD paths are checked against scalar for each.
-pub(crate) const DOT_TYPES: [DType; 23] = [
+pub(crate) const DOT_TYPES: [DType; 24] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -25,6 +25,7 @@ pub(crate) const DOT_TYPES: [DType; 23] = [
     DType::SQ6,
     DType::SQ7,
     DType::SQ8,
+    DType::SYMB4,
 ];
 
 /// SplitMix64.
@@ -104,6 +105,15 @@ pub(crate) fn random_weights(rng: &mut Rng, dtype: DType, rows: usize, k: usize)
                         *b ^= 1;
                     }
                 }
+            }
+            out
+        }
+        DType::SYMB4 => {
+            // Scales of about 2^-12 .. 2^-2 (either sign never occurs: absmax / 7), any codes.
+            let mut out = rng.bytes(n / 128 * 68);
+            for blk in out.chunks_exact_mut(68) {
+                let scale = 2f32.powf(-10.0 * rng.uniform() - 2.0);
+                blk[..4].copy_from_slice(&scale.to_le_bytes());
             }
             out
         }

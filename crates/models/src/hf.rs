@@ -56,8 +56,12 @@ pub fn is_hf_llm_dir(dir: &Path) -> bool {
         .unwrap_or(false)
 }
 
-/// Opens a GGUF file or `.syn` bundle, or a Hugging Face LLM directory ([`open_hf_dir`]).
+/// Opens a GGUF file or `.syn` bundle, a Hugging Face LLM directory ([`open_hf_dir`]) or a
+/// `.symb` directory ([`crate::symb::open_symb_dir`]).
 pub fn open_model_file(path: &Path) -> Result<GgufFile> {
+    if crate::symb::is_symb_dir(path) {
+        return crate::symb::open_symb_dir(path);
+    }
     if path.is_dir() && path.join("config.json").is_file() {
         return open_hf_dir(path);
     }
@@ -315,7 +319,11 @@ fn f32_blob(values: &[f32]) -> Blob {
 /// Reorders a q or k projection's rows within each head from transformers' rotate-half pairs
 /// (`i`, `i + d/2`) to GGUF's adjacent pairs (`2i`, `2i + 1`): new row `h·d + 2i + j` is old
 /// row `h·d + j·d/2 + i`. `row_bytes` is one row (a bias has rows of one element).
-fn permute_rotary_rows(bytes: &[u8], n_heads: usize, row_bytes: usize) -> Option<Vec<u8>> {
+pub(crate) fn permute_rotary_rows(
+    bytes: &[u8],
+    n_heads: usize,
+    row_bytes: usize,
+) -> Option<Vec<u8>> {
     let rows = bytes.len() / row_bytes.max(1);
     if row_bytes == 0
         || n_heads == 0
@@ -644,7 +652,11 @@ fn gemma3_keys(
 /// `tokenizer.json` whole, with BOS/EOS ids and the chat template, and for byte-level BPE
 /// tokenizers llama.cpp's vocabulary keys too (for `n_vocab` ids), so that a GGUF written from
 /// the model works in llama.cpp.
-fn tokenizer_keys(dir: &Path, n_vocab: usize, meta: &mut Vec<(String, Value)>) -> Result<()> {
+pub(crate) fn tokenizer_keys(
+    dir: &Path,
+    n_vocab: usize,
+    meta: &mut Vec<(String, Value)>,
+) -> Result<()> {
     let bad = |problem: String| ModelError::BadHyperParameters {
         path: dir.display().to_string(),
         problem,

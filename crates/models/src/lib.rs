@@ -9,7 +9,8 @@
 //! | `qwen3` | [`qwen3`] | Qwen3 dense (QK-norm) |
 //! | `gemma3` | [`gemma3`] | Gemma 3 text (sliding-window and global layers) |
 //!
-//! The same four also load from Hugging Face directories (safetensors), through [`hf`].
+//! The same four also load from Hugging Face directories (safetensors), through [`hf`], and
+//! Llama- and Qwen2-style models from SYNAXIM's `.symb` directories, through [`symb`].
 //! | Whisper (CTranslate2) | [`whisper`] | Whisper speech recognition (encoder-decoder) |
 //! | BERT (safetensors) | [`bert`] | BERT sentence encoders (sentence-transformers, e.g. all-MiniLM-L6-v2) |
 //! | VITS (Piper ONNX) | [`vits`] | Piper text-to-speech voices |
@@ -23,6 +24,7 @@ pub mod llama;
 pub mod qwen2;
 pub mod qwen3;
 pub mod silero_vad;
+pub mod symb;
 pub mod vits;
 pub mod whisper;
 
@@ -33,6 +35,7 @@ use synaptix_sample::DevicePick;
 pub use decoder::{Decoder, Layers, Trunk};
 pub use hf::{is_hf_llm_dir, open_hf_dir, open_model_file};
 pub use hparams::HParams;
+pub use symb::{is_symb_dir, open_symb_dir};
 use synaptix_bundle::{GgufError, GgufFile};
 use synaptix_core::Device;
 use synaptix_nn::{Backend, CpuBackend, CudaBackend, KvCache, NnError, TensorSource, VarBuilder};

@@ -8,7 +8,7 @@
 //!
 //! | weights | activations |
 //! |---|---|
-//! | F32, MXFP8, NVFP4, SQ1 .. SQ8 | F32 |
+//! | F32, MXFP8, NVFP4, SQ1 .. SQ8, SYMB4 | F32 |
 //! | F16 | F16 (values rounded to half) |
 //! | BF16 | BF16 (values rounded to bfloat16) |
 //! | Q4_0, Q5_0, Q8_0 | Q8_0 |
@@ -25,8 +25,10 @@ mod matmul;
 pub(crate) mod mx;
 mod simd;
 mod sq;
+pub(crate) mod symb;
 mod weights;
 
+pub use symb::encode_group as symb4_encode_group;
 pub use weights::{
     finite_amax, nvfp4_tensor_scale, quantize_nvfp4_with_scale, quantize_weights, QUANTIZE_TARGETS,
 };
@@ -91,6 +93,7 @@ pub fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
         DType::SQ6 => sq::dequantize_sq6,
         DType::SQ7 => sq::dequantize_sq7,
         DType::SQ8 => sq::dequantize_sq8,
+        DType::SYMB4 => symb::dequantize_symb4,
         _ => return Err(Error::UnsupportedDType { op: OP, dtype }),
     };
     check_len(OP, dtype, src.len(), dst.len())?;
@@ -102,7 +105,7 @@ pub fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
 pub fn activation_dtype(weight: DType) -> Result<DType> {
     Ok(match weight {
         DType::F32 | DType::F16 | DType::BF16 => weight,
-        DType::MXFP8 | DType::NVFP4 => DType::F32,
+        DType::MXFP8 | DType::NVFP4 | DType::SYMB4 => DType::F32,
         d if d.sq_bits().is_some() => DType::F32,
         DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => DType::Q8_0,
         DType::Q4_1 | DType::Q5_1 => DType::Q8_1,
@@ -384,6 +387,7 @@ fn scalar_kernel(weight_dtype: DType) -> Option<DotFn> {
         DType::SQ6 => sq::dot_sq6,
         DType::SQ7 => sq::dot_sq7,
         DType::SQ8 => sq::dot_sq8,
+        DType::SYMB4 => symb::dot_symb4,
         _ => return None,
     })
 }

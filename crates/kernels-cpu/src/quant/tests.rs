@@ -12,6 +12,7 @@ fn lengths(dtype: DType) -> Vec<usize> {
     match dtype.block_len() {
         1 => vec![1, 31, 32, 33, 100, 640, 1000],
         32 => vec![32, 224, 256, 288, 640, 4096],
+        128 => vec![128, 640, 2048],
         _ => vec![256, 768, 2048],
     }
 }

@@ -28,7 +28,7 @@ use super::legacy::c_f32_to_i8;
 const QK: usize = 32;
 
 /// The types [`quantize_weights`] produces.
-pub const QUANTIZE_TARGETS: [DType; 23] = [
+pub const QUANTIZE_TARGETS: [DType; 24] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -52,6 +52,7 @@ pub const QUANTIZE_TARGETS: [DType; 23] = [
     DType::SQ6,
     DType::SQ7,
     DType::SQ8,
+    DType::SYMB4,
 ];
 
 /// Part of a tensor (`x`, whole 64-value blocks) in NVFP4 with the tensor's scale (from
@@ -102,6 +103,7 @@ pub fn quantize_weights(dtype: DType, x: &[f32], out: &mut Vec<u8>) -> Result<()
             .for_each(|b| super_block_q45_k::<5>(b, out)),
         DType::Q6K => x.chunks_exact(QK_K).for_each(|b| super_block_q6_k(b, out)),
         DType::MXFP8 => super::mx::quantize_mxfp8(x, out),
+        DType::SYMB4 => super::symb::quantize_symb4(x, out),
         d if d.sq_bits().is_some() => super::sq::quantize_sq(x, d.sq_bits().unwrap_or(8), out),
         // The tensor scale from `x` itself: pass the whole tensor, or use
         // [`quantize_nvfp4_with_scale`] for parts of one.
@@ -805,6 +807,10 @@ mod tests {
                         // A whole code step of the sub-block's range, and the byte scales' and
                         // offsets' rounding (half of the super-block's largest over 255).
                         (max - min.min(0.0)) / ((1u32 << bits) - 1) as f32 + sb_range / 255.0 + 1e-6
+                    } else if dtype == DType::SYMB4 {
+                        // Half a step of the 128-value group's scale (its amax / 7).
+                        let group = &x[b / 4 * 128..(b / 4 * 128 + 128).min(x.len())];
+                        group.iter().fold(0f32, |m, v| m.max(v.abs())) / 14.0 + 1e-6
                     } else if dtype == DType::NVFP4 {
                         // Half of E2M1's widest step (2 between 4 and 6) at a scale of about
                         // amax / 6, the E4M3 scale's own rounding, its subnormals' granularity.

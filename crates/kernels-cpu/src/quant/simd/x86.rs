@@ -73,6 +73,7 @@ pub(crate) fn kernels(dtype: DType, path: Path) -> (Option<DotFn>, Option<BlockF
         (_, DType::Q6K) => (q6_k_avx2, q6_k_block_avx2),
         (_, DType::MXFP8) => (mxfp8_avx2, mxfp8_block_avx2),
         (_, DType::NVFP4) => (nvfp4_avx2, nvfp4_block_avx2),
+        (_, DType::SYMB4) => (symb4_avx2, symb4_block_avx2),
         (_, DType::SQ1) => (sq1_avx2, sq1_block_avx2),
         (_, DType::SQ2) => (sq2_avx2, sq2_block_avx2),
         (_, DType::SQ3) => (sq3_avx2, sq3_block_avx2),
@@ -2323,6 +2324,70 @@ unsafe fn nvfp4_block(
 }
 
 float_acts_entries!(nvfp4_avx2, nvfp4_block_avx2, nvfp4_block);
+
+// ---------------------------------------------------------------------------------------------
+// SYMB4 (`.symb`'s INT4 groups, `quant::symb`): the scalar kernel's eight lane sums a block as
+// one 8-lane vector over sixteen steps (multiplies and adds, never fused), MXFP8's lane tree,
+// then the block term added in block order. Eight codes come from four bytes: the word
+// broadcast to every lane and shifted right by 4, 0, 12, 8, ... (high nibble first).
+
+#[inline(always)]
+unsafe fn symb4_block(
+    w: &[u8],
+    row_bytes: usize,
+    nrows: usize,
+    acts: &[QuantizedActs],
+    out: &mut [f32],
+    stride: usize,
+) {
+    use crate::quant::symb::{block_scale, BLOCK_BYTES, QK as SYMB_QK};
+    let nb = row_bytes / BLOCK_BYTES;
+    let shifts = _mm256_setr_epi32(4, 0, 12, 8, 20, 16, 28, 24);
+    let nibble = _mm256_set1_epi32(0x0f);
+    let eight = _mm256_set1_epi32(8);
+    let mut sums = [0f32; MAX_ACTS];
+    for j in 0..nrows {
+        let row = &w[j * row_bytes..(j + 1) * row_bytes];
+        for (g, group) in acts.chunks(MAX_ACTS).enumerate() {
+            sums[..group.len()].fill(0.0);
+            for b in 0..nb {
+                let block = &row[b * BLOCK_BYTES..(b + 1) * BLOCK_BYTES];
+                let scale = block_scale(block);
+                let mut ws = [_mm256_setzero_ps(); SYMB_QK / 8];
+                for (c, wc) in ws.iter_mut().enumerate() {
+                    let word = u32::from_le_bytes([
+                        block[4 + 4 * c],
+                        block[5 + 4 * c],
+                        block[6 + 4 * c],
+                        block[7 + 4 * c],
+                    ]);
+                    let codes = _mm256_and_si256(
+                        _mm256_srlv_epi32(_mm256_set1_epi32(word as i32), shifts),
+                        nibble,
+                    );
+                    *wc = _mm256_cvtepi32_ps(_mm256_sub_epi32(codes, eight));
+                }
+                for (s, a) in sums.iter_mut().zip(group) {
+                    let x = a.vals.as_ptr().add(b * SYMB_QK);
+                    let mut lanes = _mm256_add_ps(
+                        _mm256_setzero_ps(),
+                        _mm256_mul_ps(ws[0], _mm256_loadu_ps(x)),
+                    );
+                    for (c, wc) in ws.iter().enumerate().skip(1) {
+                        lanes =
+                            _mm256_add_ps(lanes, _mm256_mul_ps(*wc, _mm256_loadu_ps(x.add(8 * c))));
+                    }
+                    *s += mxfp8_lane_tree(lanes) * scale;
+                }
+            }
+            for (i, s) in sums[..group.len()].iter().enumerate() {
+                out[j * stride + g * MAX_ACTS + i] = *s;
+            }
+        }
+    }
+}
+
+float_acts_entries!(symb4_avx2, symb4_block_avx2, symb4_block);
 
 // ---------------------------------------------------------------------------------------------
 // SQ1 .. SQ8 (synaptix's own types, `quant::sq`): the scalar kernel's lane sums (`Σ q·x` and
