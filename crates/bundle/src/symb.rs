@@ -223,31 +223,6 @@ pub fn write_tensor(path: &Path, tensor: &SymbTensor) -> Result<(), SymbError> {
         .map_err(|e| SymbError::new(path, format!("cannot write: {e}")))
 }
 
-/// `values` as an INT4 file's contents, given each group's encoder (`encode` returns a group's
-/// scale and its `group_size / 2` code bytes, zero-padding a short group).
-pub fn int4_from_values(
-    values: &[f32],
-    dims: [usize; 2],
-    group_size: usize,
-    encode: impl Fn(&[f32]) -> (f32, Vec<u8>),
-) -> SymbTensor {
-    let mut scales = Vec::with_capacity(values.len().div_ceil(group_size));
-    let mut codes = Vec::with_capacity(values.len().div_ceil(group_size) * group_size / 2);
-    for group in values.chunks(group_size) {
-        let (scale, bytes) = encode(group);
-        scales.push(scale);
-        codes.extend_from_slice(&bytes);
-    }
-    codes.truncate(values.len().div_ceil(2));
-    SymbTensor::Int4 {
-        group_size,
-        dims,
-        numel: values.len(),
-        scales,
-        codes,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

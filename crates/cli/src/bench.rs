@@ -271,6 +271,7 @@ fn file_type_name(id: u64) -> Option<&'static str> {
         1016 => "SQ6",
         1017 => "SQ7",
         1018 => "SQ8",
+        1020 => "SYMB4",
         _ => return None,
     })
 }

@@ -98,7 +98,16 @@ pub fn run(mut a: InspectArgs) -> Result<()> {
             .collect();
         let out = serde_json::json!({
             "file": a.file.display().to_string(),
-            "format": if file.is_syn() { "syn" } else { "gguf" },
+            "format": if file.is_syn() {
+                "syn"
+            } else if synaptix_models::is_symb_dir(&a.file) {
+                "symb"
+            } else if file.is_assembled() {
+                "safetensors"
+            } else {
+                "gguf"
+            },
+            "format_label": file.format_label(),
             "version": file.version,
             "checksums_verified": verified,
             "alignment": file.alignment,

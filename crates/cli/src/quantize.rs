@@ -33,19 +33,23 @@ use synaptix_kernels_cpu::{
     q6_k.\n\
     synaptix's own (written only to .syn bundles): mxfp8 (OCP MXFP8: E4M3 values, an E8M0 scale\n\
     per 32), nvfp4 (E2M1 values, an E4M3 scale per 16, an FP32 scale per tensor), sq1 .. sq8\n\
-    (b-bit codes as bit-planes, byte scales and offsets per 32 in super-blocks of 256).\n\n\
+    (b-bit codes as bit-planes, byte scales and offsets per 32 in super-blocks of 256), symb4\n\
+    (.symb's INT4: a 4-bit code per value, an f32 scale per 128).\n\
+    .symb directories (SYNAXIM's format; Llama- and Qwen2-style models with a tokenizer.json):\n\
+    symb-int4, symb-int8, symb-fp16, symb-fp32 write OUTPUT as a directory.\n\n\
     Examples:\n  \
     synaptix quantize model-f16.gguf model-q4_k_m.gguf --type q4_k_m\n  \
     synaptix quantize model-f16.gguf model-q8_0.gguf --type q8_0 --pure\n  \
     synaptix quantize model-q8_0.gguf model-q4_0.gguf --type q4_0 --allow-requantize --json\n  \
     synaptix quantize model-f16.gguf model-q4_k_m.syn --type q4_k_m   # a .syn bundle\n  \
-    synaptix quantize model-f16.gguf model-mxfp8.syn --type mxfp8"
+    synaptix quantize model-f16.gguf model-mxfp8.syn --type mxfp8\n  \
+    synaptix quantize ./Qwen2.5-0.5B-Instruct qwen-symb --type symb-int4   # a .symb directory"
 )]
 pub struct QuantizeArgs {
     /// The model file to read (GGUF or .syn), or the name of a fetched model
     pub input: PathBuf,
     /// The file to write (replaced if it exists): a .syn bundle when its name ends in .syn,
-    /// else GGUF
+    /// a .symb directory for the symb-* types, else GGUF
     pub output: PathBuf,
     /// The preset: the type of the weight matrices (some get more bits, as in llama-quantize)
     #[arg(long = "type", value_name = "TYPE")]
@@ -111,7 +115,7 @@ const fn preset_of(name: &'static str, dtype: DType, file_type: u32, mix: Mix) -
     }
 }
 
-const PRESETS: [Preset; 27] = [
+const PRESETS: [Preset; 28] = [
     preset_of("f32", DType::F32, 0, Mix::Output),
     preset_of("f16", DType::F16, 1, Mix::Output),
     preset_of("bf16", DType::BF16, 32, Mix::Output),
@@ -140,7 +144,82 @@ const PRESETS: [Preset; 27] = [
     preset_of("sq6", DType::SQ6, 1016, Mix::Output),
     preset_of("sq7", DType::SQ7, 1017, Mix::Output),
     preset_of("sq8", DType::SQ8, 1018, Mix::Output),
+    preset_of("symb4", DType::SYMB4, 1020, Mix::Output),
 ];
+
+/// `--type symb-*`: the model as a `.symb` directory.
+fn run_symb(a: &QuantizeArgs, method: &str) -> Result<()> {
+    let method = synaptix_models::SymbMethod::from_name(method).with_context(|| {
+        format!(
+            "--type {}: the .symb encodings are symb-int4, symb-int8, symb-fp16 and symb-fp32",
+            a.dtype
+        )
+    })?;
+    if a.pure
+        || a.output_tensor_type.is_some()
+        || a.token_embedding_type.is_some()
+        || a.allow_requantize
+    {
+        bail!(
+            "--pure, --output-tensor-type, --token-embedding-type and --allow-requantize do not \
+             apply to .symb output (every matrix takes the one encoding)"
+        );
+    }
+    let start = Instant::now();
+    let input = synaptix_models::open_model_file(&a.input)?;
+    if a.input.canonicalize().ok() == a.output.canonicalize().ok() {
+        bail!("the output would overwrite the input {}", a.input.display());
+    }
+    let progress = !a.json && std::io::stderr().is_terminal();
+    let source = a.input.display().to_string();
+    let summary = synaptix_models::write_symb_dir(
+        &input,
+        &source,
+        &a.output,
+        method,
+        &mut |done, total, file| {
+            if progress {
+                eprint!("\r[{:>4}/{total}] {:<48.48}", (done + 1).min(total), file);
+            }
+        },
+    );
+    if progress {
+        eprint!("\r{:70}\r", "");
+    }
+    let summary = summary?;
+    // Read back what was written, as every command will.
+    let written = synaptix_models::open_model_file(&a.output)
+        .with_context(|| format!("{} was written but does not read back", a.output.display()))?;
+    let seconds = start.elapsed().as_secs_f64();
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "input": source,
+                "output": a.output.display().to_string(),
+                "format": "symb",
+                "method": method.name(),
+                "architecture": summary.architecture,
+                "files": summary.files,
+                "tensors": written.tensors().len(),
+                "input_bytes": input.file_len(),
+                "output_bytes": summary.bytes,
+                "seconds": seconds,
+            })
+        );
+    } else {
+        println!(
+            "{}: .symb {} ({}), {} files, {:.2} MiB -> {:.2} MiB in {seconds:.1} s",
+            a.output.display(),
+            method.name(),
+            summary.architecture,
+            summary.files,
+            input.file_len() as f64 / (1 << 20) as f64,
+            summary.bytes as f64 / (1 << 20) as f64,
+        );
+    }
+    Ok(())
+}
 
 fn preset(name: &str) -> Option<&'static Preset> {
     let name = name.to_ascii_lowercase();
@@ -344,6 +423,9 @@ struct Plan {
 pub fn run(mut a: QuantizeArgs) -> Result<()> {
     a.input = synaptix_bundle::cache::resolve_model(&a.input.to_string_lossy());
     crate::threads::init(a.threads)?;
+    if let Some(method) = a.dtype.to_ascii_lowercase().strip_prefix("symb-") {
+        return run_symb(&a, method);
+    }
     let preset = preset(&a.dtype).with_context(|| {
         format!(
             "--type {}: not a preset synaptix quantizes to ({})",

@@ -35,7 +35,7 @@ use synaptix_sample::DevicePick;
 pub use decoder::{Decoder, Layers, Trunk};
 pub use hf::{is_hf_llm_dir, open_hf_dir, open_model_file};
 pub use hparams::HParams;
-pub use symb::{is_symb_dir, open_symb_dir};
+pub use symb::{is_symb_dir, open_symb_dir, write_symb_dir, SymbMethod, SymbSummary};
 use synaptix_bundle::{GgufError, GgufFile};
 use synaptix_core::Device;
 use synaptix_nn::{Backend, CpuBackend, CudaBackend, KvCache, NnError, TensorSource, VarBuilder};

@@ -282,6 +282,14 @@ impl HfTokenizer {
             .token_to_id(text)
     }
 
+    /// The vocabulary's (or an added token's) text for `id`.
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .id_to_token(id)
+    }
+
     pub fn is_special(&self, id: u32) -> bool {
         self.special_ids.binary_search(&id).is_ok()
     }

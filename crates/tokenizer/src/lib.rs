@@ -235,6 +235,15 @@ impl Tokenizer {
         }
     }
 
+    /// The vocabulary's text for a token, for either kind of tokenizer (owned: a Hugging Face
+    /// tokenizer looks it up behind a lock).
+    pub fn token_string(&self, id: u32) -> Option<String> {
+        match &self.backend {
+            Backend::Gguf(_) => self.token_text(id).map(str::to_string),
+            Backend::Hf(h) => h.id_to_token(id),
+        }
+    }
+
     /// The id of a token given by its vocabulary text (e.g. `<end_of_turn>`).
     pub fn token_id(&self, text: &str) -> Option<u32> {
         match &self.backend {

@@ -24,7 +24,10 @@ use synaptix_bundle::{GgufFile, Value};
 use synaptix_core::{Blob, DType, Shape};
 
 use crate::hf::{permute_rotary_rows, tokenizer_keys};
+
+pub mod write;
 use crate::{ModelError, Result};
+pub use write::{write_symb_dir, SymbMethod, SymbSummary};
 
 /// The file that marks a `.symb` directory.
 pub const SYMB_CONFIG: &str = "config.symb.json";
