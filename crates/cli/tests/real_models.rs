@@ -4,7 +4,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{golden, ids, json_ok, model, synaptix};
+use common::{golden, ids, json_ok, model, synaptix, Scratch};
 
 fn gemma() -> String {
     model("gemma-3-270m-q4_k_m.gguf")
@@ -794,4 +794,33 @@ fn inspect_reads_the_piper_voice() {
             && text.contains("dec.ups.0.weight"),
         "{text}"
     );
+}
+
+/// The real Qwen2.5 GGUF (Q4_K_M, llama.cpp's vocabulary only) written as a `.symb` INT4
+/// directory: the tokenizer.json rebuilt from the vocabulary, the matrices requantized to INT4
+/// groups. The directory reads back and still knows the capital of France.
+#[test]
+fn qwen_gguf_to_symb_int4_runs() {
+    let s = Scratch::new("real-symb");
+    let out = s.path("qwen-symb");
+    let v = json_ok(&["quantize", &qwen(), &out, "--type", "symb-int4", "--json"]);
+    assert_eq!(v["architecture"], "qwen2");
+    assert_eq!(v["files"], 294);
+    let tok = std::fs::read_to_string(format!("{out}/tokenizer/tokenizer_config.json")).unwrap();
+    assert!(tok.contains("<|im_end|>") && tok.contains("<|im_start|>"));
+    let v = json_ok(&[
+        "run",
+        &out,
+        "The capital of France is",
+        "-n",
+        "4",
+        "--temp",
+        "0",
+        "--json",
+        "--device",
+        "cpu",
+    ]);
+    let text = v["text"].as_str().unwrap();
+    assert!(text.starts_with(" Paris"), "{text:?}");
+    assert_eq!(v["prompt_tokens"].as_array().unwrap().len(), 5);
 }

@@ -145,3 +145,135 @@ pub fn gguf_vocab_keys(tokenizer_json: &str, vocab_size: usize) -> Option<Vec<(S
         ("tokenizer.ggml.add_bos_token".into(), Value::Bool(add_bos)),
     ])
 }
+
+/// The reverse of [`gguf_vocab_keys`]: a byte-level BPE `tokenizer.json` from llama.cpp's
+/// `tokenizer.ggml.*` keys (`get` looks one up), for the pre-tokenizers whose split pattern is
+/// known (`qwen2`, `llama-bpe`, `gpt-2`, `default`). Normal tokens form the BPE vocabulary;
+/// control and user-defined ones become added tokens (special for control); unused ones are
+/// left out. `None` for other vocabularies.
+pub fn tokenizer_json_from_vocab_keys<'a>(
+    get: impl Fn(&str) -> Option<&'a Value>,
+) -> Option<String> {
+    let text = |k: &str| match get(k)? {
+        Value::String(s) => Some(s.as_str()),
+        _ => None,
+    };
+    let strings = |k: &str| -> Option<Vec<&'a str>> {
+        match get(k)? {
+            Value::Array(_, items) => items
+                .iter()
+                .map(|v| match v {
+                    Value::String(s) => Some(s.as_str()),
+                    _ => None,
+                })
+                .collect(),
+            _ => None,
+        }
+    };
+    if text("tokenizer.ggml.model")? != "gpt2" {
+        return None;
+    }
+    let pattern = match text("tokenizer.ggml.pre").unwrap_or("default") {
+        "qwen2" => Some(QWEN2_PATTERN),
+        "llama-bpe" | "llama3" => Some(LLAMA3_PATTERN),
+        "gpt-2" | "default" => None,
+        _ => return None,
+    };
+    let tokens = strings("tokenizer.ggml.tokens")?;
+    let kinds: Vec<i32> = match get("tokenizer.ggml.token_type") {
+        Some(Value::Array(_, items)) => items
+            .iter()
+            .map(|v| v.as_i64().map(|k| k as i32))
+            .collect::<Option<_>>()?,
+        _ => vec![NORMAL; tokens.len()],
+    };
+    if kinds.len() != tokens.len() {
+        return None;
+    }
+    let merges = strings("tokenizer.ggml.merges")?;
+    let mut vocab = serde_json::Map::new();
+    let mut added = Vec::new();
+    for (id, (&token, &kind)) in tokens.iter().zip(&kinds).enumerate() {
+        match kind {
+            CONTROL | USER_DEFINED => added.push(serde_json::json!({
+                "id": id,
+                "content": token,
+                "single_word": false,
+                "lstrip": false,
+                "rstrip": false,
+                "normalized": false,
+                "special": kind == CONTROL,
+            })),
+            UNUSED => {}
+            _ => {
+                vocab.insert(token.to_string(), Json::from(id));
+            }
+        }
+    }
+    let byte_level = |regex: bool| {
+        serde_json::json!({
+            "type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": regex
+        })
+    };
+    let pre_tokenizer = match pattern {
+        Some(p) => serde_json::json!({
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": p}, "behavior": "Isolated", "invert": false},
+                byte_level(false),
+            ],
+        }),
+        None => byte_level(true),
+    };
+    let add_bos = matches!(get("tokenizer.ggml.add_bos_token"), Some(Value::Bool(true)));
+    let bos = get("tokenizer.ggml.bos_token_id")
+        .and_then(Value::as_u64)
+        .and_then(|id| Some((id, *tokens.get(id as usize)?)));
+    let post_processor = match (add_bos, bos) {
+        (true, Some((id, bos))) => {
+            let mut special = serde_json::Map::new();
+            special.insert(
+                bos.to_string(),
+                serde_json::json!({"id": bos, "ids": [id], "tokens": [bos]}),
+            );
+            serde_json::json!({
+            "type": "TemplateProcessing",
+            "single": [
+                {"SpecialToken": {"id": bos, "type_id": 0}},
+                {"Sequence": {"id": "A", "type_id": 0}},
+            ],
+            "pair": [
+                {"SpecialToken": {"id": bos, "type_id": 0}},
+                {"Sequence": {"id": "A", "type_id": 0}},
+                {"SpecialToken": {"id": bos, "type_id": 1}},
+                {"Sequence": {"id": "B", "type_id": 1}},
+            ],
+            "special_tokens": special,
+            })
+        }
+        _ => byte_level(false),
+    };
+    let json = serde_json::json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": null,
+        "pre_tokenizer": pre_tokenizer,
+        "post_processor": post_processor,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {
+            "type": "BPE",
+            "dropout": null,
+            "unk_token": null,
+            "continuing_subword_prefix": null,
+            "end_of_word_suffix": null,
+            "fuse_unk": false,
+            "byte_fallback": false,
+            "ignore_merges": false,
+            "vocab": vocab,
+            "merges": merges,
+        },
+    });
+    serde_json::to_string(&json).ok()
+}

@@ -33,7 +33,7 @@ use std::path::Path;
 use synaptix_bundle::GgufFile;
 
 pub use error::{Result, TokenizerError};
-pub use gguf_keys::gguf_vocab_keys;
+pub use gguf_keys::{gguf_vocab_keys, tokenizer_json_from_vocab_keys};
 pub use piper::{PhonemeIds, PiperPhonemizer};
 pub use pretokenize::PreTokenizer;
 pub use stream::StreamDecoder;

@@ -180,3 +180,37 @@ fn encode_10kb_gemma3_is_fast() {
 fn encode_10kb_qwen2_is_fast() {
     time_encode(QWEN);
 }
+
+/// A `tokenizer.json` rebuilt from the real Qwen2.5 GGUF's `tokenizer.ggml.*` keys (what a
+/// `.symb` directory written from that GGUF carries) splits the whole corpus as the GGUF's own
+/// tokenizer (llama.cpp's ids) does, and the chat markers. (Parsing special tokens in the
+/// corpus would differ on `</s>`: an ordinary token in the file and in Qwen's own
+/// tokenizer.json, which llama.cpp alone promotes to a control token by its text.)
+#[test]
+fn tokenizer_json_rebuilt_from_qwen2_gguf_vocabulary_tokenizes_alike() {
+    let path = common::model_path(QWEN.1);
+    let file = synaptix_bundle::GgufFile::open(&path).unwrap();
+    let json = synaptix_tokenizer::tokenizer_json_from_vocab_keys(|k| file.get(k))
+        .expect("a byte-level BPE vocabulary with a known pre-tokenizer");
+    let dir = std::env::temp_dir().join(format!("synaptix-rebuilt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json_path = dir.join("tokenizer.json");
+    std::fs::write(&json_path, json).unwrap();
+    let rebuilt = synaptix_tokenizer::Tokenizer::from_tokenizer_json(&json_path).unwrap();
+    let ggml = load(QWEN);
+    let entries = corpus();
+    assert!(entries.len() > 50);
+    for (_, text) in &entries {
+        assert_eq!(
+            rebuilt.encode(text, false, false).unwrap(),
+            ggml.encode(text, false, false).unwrap(),
+            "{text:?}"
+        );
+    }
+    let chat = "<|im_start|>user\nhi<|im_end|>";
+    assert_eq!(
+        rebuilt.encode(chat, false, true).unwrap(),
+        [151_644, 872, 198, 6023, 151_645]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -215,19 +215,23 @@ fn config_json(cfg: &SymbConfig, source: &str, method: SymbMethod) -> serde_json
     })
 }
 
-/// `tokenizer/tokenizer.json` (the one the model carries) and a `tokenizer_config.json` with
-/// its BOS, EOS and chat template.
+/// `tokenizer/tokenizer.json` (the one the model carries, or one rebuilt from llama.cpp's
+/// byte-level BPE vocabulary) and a `tokenizer_config.json` with its BOS, EOS and chat
+/// template.
 fn write_tokenizer(input: &GgufFile, dir: &Path) -> Result<u64> {
-    let json_text = input
-        .get_str(KEY_HF_JSON)?
-        .ok_or_else(|| {
-            bad(
-                input.path(),
-                "the model carries llama.cpp's vocabulary but no tokenizer.json, which a .symb \
-                 directory needs (convert from the Hugging Face directory instead)",
-            )
-        })?
-        .to_string();
+    let json_text = match input.get_str(KEY_HF_JSON)? {
+        Some(text) => text.to_string(),
+        None => synaptix_tokenizer::tokenizer_json_from_vocab_keys(|k| input.get(k)).ok_or_else(
+            || {
+                bad(
+                    input.path(),
+                    "the model's tokenizer is llama.cpp's vocabulary of a kind that has no \
+                     tokenizer.json equivalent here (byte-level BPE with the qwen2, llama-bpe or \
+                     gpt-2 pre-tokenizer has); write from the Hugging Face directory instead",
+                )
+            },
+        )?,
+    };
     let tok = Tokenizer::from_gguf(input).map_err(|e| bad(input.path(), e.to_string()))?;
     let mut config = serde_json::Map::new();
     for (key, id) in [("bos_token", tok.bos()), ("eos_token", tok.eos())] {
