@@ -18,6 +18,15 @@ impl Blob {
         (range.start <= range.end && range.end <= len).then_some(Blob { owner, range })
     }
 
+    /// The bytes `range` of this window (relative to it), sharing the owner; `None` when the
+    /// range lies outside it.
+    pub fn slice(&self, range: Range<usize>) -> Option<Blob> {
+        (range.start <= range.end && range.end <= self.len()).then(|| Blob {
+            owner: self.owner.clone(),
+            range: self.range.start + range.start..self.range.start + range.end,
+        })
+    }
+
     pub fn from_vec(bytes: Vec<u8>) -> Blob {
         let len = bytes.len();
         Blob {

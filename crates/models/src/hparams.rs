@@ -21,6 +21,14 @@ pub struct HParams {
     pub rms_eps: f32,
     /// Sliding-window length, where the architecture has windowed layers.
     pub sliding_window: Option<usize>,
+    /// Mixture-of-experts feed-forward layers: experts per layer (0: dense layers).
+    pub n_expert: usize,
+    /// Experts each token uses.
+    pub n_expert_used: usize,
+    /// One expert's hidden width (`expert_feed_forward_length`, else `n_ff`).
+    pub n_ff_exp: usize,
+    /// Whether the chosen experts' weights are divided by their sum.
+    pub expert_weights_norm: bool,
 }
 
 /// Limits that keep hostile metadata from requesting absurd allocations.
@@ -28,6 +36,7 @@ const MAX_LAYERS: u64 = 1024;
 const MAX_HEADS: u64 = 4096;
 const MAX_HEAD_DIM: u64 = 4096;
 const MAX_WIDTH: u64 = 1 << 20;
+const MAX_EXPERTS: u64 = 1024;
 
 impl HParams {
     pub fn from_gguf(file: &GgufFile, arch: &str) -> Result<HParams> {
@@ -124,6 +133,24 @@ impl HParams {
         if n_vocab == 0 {
             return Err(bad("token_embd.weight has an empty vocabulary".into()));
         }
+        let n_ff = required("feed_forward_length", MAX_WIDTH)?;
+        let (n_expert, n_expert_used, n_ff_exp) = match file.get(&key("expert_count")) {
+            Some(_) => {
+                let n_expert = required("expert_count", MAX_EXPERTS)?;
+                let used = required("expert_used_count", MAX_EXPERTS)?;
+                if used > n_expert {
+                    return Err(bad(format!(
+                        "expert_used_count {used} exceeds expert_count {n_expert}"
+                    )));
+                }
+                let width = match file.get(&key("expert_feed_forward_length")) {
+                    Some(_) => required("expert_feed_forward_length", MAX_WIDTH)?,
+                    None => n_ff,
+                };
+                (n_expert, used, width)
+            }
+            None => (0, 0, n_ff),
+        };
         Ok(HParams {
             n_vocab,
             n_ctx_train: file
@@ -132,7 +159,7 @@ impl HParams {
                 .min(1 << 24) as usize,
             n_embd,
             n_layer: required("block_count", MAX_LAYERS)?,
-            n_ff: required("feed_forward_length", MAX_WIDTH)?,
+            n_ff,
             n_head,
             n_head_kv,
             head_dim,
@@ -141,6 +168,11 @@ impl HParams {
             rope_freq_scale,
             rms_eps,
             sliding_window,
+            n_expert,
+            n_expert_used,
+            n_ff_exp,
+            // llama.cpp renormalises the chosen experts' weights for Mixtral and Qwen3-MoE.
+            expert_weights_norm: file.get_bool(&key("expert_weights_norm"))?.unwrap_or(true),
         })
     }
 

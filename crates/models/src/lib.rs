@@ -4,9 +4,10 @@
 //!
 //! | architecture | file | families |
 //! |---|---|---|
-//! | `llama` | [`llama`] | Llama 2/3, Mistral, TinyLlama |
+//! | `llama` | [`llama`] | Llama 2/3, Mistral, TinyLlama, Mixtral (experts: CPU) |
 //! | `qwen2` | [`qwen2`] | Qwen2, Qwen2.5 (QKV bias) |
 //! | `qwen3` | [`qwen3`] | Qwen3 dense (QK-norm) |
+//! | `qwen3moe` | [`qwen3moe`] | Qwen3 mixture-of-experts (CPU) |
 //! | `gemma3` | [`gemma3`] | Gemma 3 text (sliding-window and global layers) |
 //!
 //! The same four also load from Hugging Face directories (safetensors), through [`hf`], and
@@ -23,6 +24,7 @@ mod hparams;
 pub mod llama;
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen3moe;
 pub mod silero_vad;
 pub mod symb;
 pub mod vits;
@@ -42,7 +44,7 @@ use synaptix_nn::{Backend, CpuBackend, CudaBackend, KvCache, NnError, TensorSour
 pub use synaptix_nn::{NoTap, Tap};
 
 /// Architectures [`load`] knows, as GGUF's `general.architecture` names them.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "gemma3"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "qwen3moe", "gemma3"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -204,6 +206,13 @@ pub fn load_on(file: Arc<GgufFile>, device: Device) -> Result<Box<dyn CausalLm>>
         architecture: arch.clone(),
     };
     let vb = VarBuilder::new(file.clone() as Arc<dyn TensorSource>);
+    if info.hparams.n_expert > 0 && matches!(device, Device::Cuda(_)) {
+        return Err(ModelError::BadHyperParameters {
+            path,
+            problem: "mixture-of-experts layers run on the CPU only so far (use --device cpu)"
+                .into(),
+        });
+    }
     match device {
         Device::Cpu => build(CpuBackend, &vb, &file, info, path),
         Device::Cuda(n) => build(CudaBackend::new(n)?, &vb, &file, info, path),
@@ -222,6 +231,7 @@ fn build<B: Backend>(
         "llama" => Box::new(llama::load(be, vb, info)?),
         "qwen2" => Box::new(qwen2::load(be, vb, info)?),
         "qwen3" => Box::new(qwen3::load(be, vb, info)?),
+        "qwen3moe" => Box::new(qwen3moe::load(be, vb, info)?),
         "gemma3" => Box::new(gemma3::Gemma3::load(be, vb, file, info)?),
         _ => return Err(ModelError::UnsupportedArchitecture { path, arch }),
     })

@@ -1,12 +1,14 @@
-//! Llama 2/3, Mistral, TinyLlama: pre-norm blocks, SwiGLU, RoPE in the original (GPT-J)
-//! pairing, optional per-frequency RoPE factors (`rope_freqs.weight`, Llama 3.1).
-//! Mirrors llama.cpp's `llama` graph (src/models/llama.cpp) for dense models.
+//! Llama 2/3, Mistral, TinyLlama, Mixtral: pre-norm blocks, SwiGLU (or a mixture of SwiGLU
+//! experts when the file has `llama.expert_count`), RoPE in the original (GPT-J) pairing,
+//! optional per-frequency RoPE factors (`rope_freqs.weight`, Llama 3.1).
+//! Mirrors llama.cpp's `llama` graph (src/models/llama.cpp).
 //!
-//! [`PreNormDecoder`] is also the body of Qwen2 and Qwen3, which differ only in options.
+//! [`PreNormDecoder`] is also the body of Qwen2, Qwen3 and Qwen3-MoE, which differ only in
+//! options.
 
 use synaptix_nn::{
-    Activation, AttentionSpec, Backend, GatedMlp, PreNormBlock, RmsNorm, Rope, RopeStyle,
-    SelfAttention, SelfAttentionConfig, Tap, VarBuilder,
+    Activation, AttentionSpec, Backend, Ffn, GatedMlp, MoeMlp, PreNormBlock, RmsNorm, Rope,
+    RopeStyle, SelfAttention, SelfAttentionConfig, Tap, VarBuilder,
 };
 
 use crate::decoder::{Decoder, Layers, Trunk};
@@ -77,7 +79,26 @@ impl<B: Backend> PreNormDecoder<B> {
                     attn_norm: RmsNorm::load(&be, &vb, "attn_norm", hp.n_embd, hp.rms_eps)?,
                     attn: SelfAttention::load(&be, &vb, &cfg)?,
                     ffn_norm: RmsNorm::load(&be, &vb, "ffn_norm", hp.n_embd, hp.rms_eps)?,
-                    mlp: GatedMlp::load(&be, &vb, hp.n_embd, hp.n_ff, Activation::Silu)?,
+                    ffn: if hp.n_expert > 0 {
+                        Ffn::Moe(MoeMlp::load(
+                            &be,
+                            &vb,
+                            hp.n_embd,
+                            hp.n_ff_exp,
+                            hp.n_expert,
+                            hp.n_expert_used,
+                            hp.expert_weights_norm,
+                            Activation::Silu,
+                        )?)
+                    } else {
+                        Ffn::Dense(GatedMlp::load(
+                            &be,
+                            &vb,
+                            hp.n_embd,
+                            hp.n_ff,
+                            Activation::Silu,
+                        )?)
+                    },
                 })
             })
             .collect::<Result<Vec<_>>>()?;

@@ -31,6 +31,9 @@ pub trait Backend: Send + Sync + 'static {
 
     fn shape(&self, x: &Self::Tensor) -> (usize, usize);
     fn to_host(&self, x: &Self::Tensor) -> Result<Vec<f32>>;
+    /// `values` as a `[rows, cols]` tensor on the device (for layers that route rows on the
+    /// host, such as mixture-of-experts).
+    fn upload(&self, values: Vec<f32>, rows: usize, cols: usize) -> Result<Self::Tensor>;
 
     /// Rows `ids` of an embedding table, times `scale`: `[ids, cols]`.
     fn embed(&self, table: &Self::Matrix, ids: &[u32], scale: Option<f32>) -> Result<Self::Tensor>;

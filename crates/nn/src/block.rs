@@ -1,12 +1,18 @@
-use crate::{record, Backend, GatedMlp, Result, RmsNorm, SelfAttention, Tap};
+use crate::{record, Backend, GatedMlp, MoeMlp, Result, RmsNorm, SelfAttention, Tap};
+
+/// A block's feed-forward part.
+pub enum Ffn<B: Backend> {
+    Dense(GatedMlp<B>),
+    Moe(MoeMlp<B>),
+}
 
 /// The pre-norm transformer block of Llama, Qwen and most decoders:
-/// `h = x + attn(norm(x)); out = h + mlp(norm(h))`.
+/// `h = x + attn(norm(x)); out = h + ffn(norm(h))`.
 pub struct PreNormBlock<B: Backend> {
     pub attn_norm: RmsNorm<B>,
     pub attn: SelfAttention<B>,
     pub ffn_norm: RmsNorm<B>,
-    pub mlp: GatedMlp<B>,
+    pub ffn: Ffn<B>,
 }
 
 impl<B: Backend> PreNormBlock<B> {
@@ -43,7 +49,16 @@ impl<B: Backend> PreNormBlock<B> {
             self.attn.o.forward_add(be, &attn, x)?;
         }
         record(be, tap, name, "ffn_inp", x)?;
-        let mlp = &self.mlp;
+        let mlp = match &self.ffn {
+            Ffn::Dense(mlp) => mlp,
+            Ffn::Moe(moe) => {
+                let h = self.ffn_norm.forward(be, x)?;
+                record(be, tap, name, "ffn_norm", &h)?;
+                let out = moe.forward(be, &h, name, tap)?;
+                be.add(x, &out)?;
+                return record(be, tap, name, "l_out", x);
+            }
+        };
         let act = if tap.wants(&format!("{name}.ffn_norm")) {
             let h = self.ffn_norm.forward_for(be, x, &[&mlp.gate, &mlp.up])?;
             record(be, tap, name, "ffn_norm", &h)?;
@@ -63,11 +78,11 @@ impl<B: Backend> PreNormBlock<B> {
             mlp.activate_projected(be, gate, up, name, tap)?
         };
         if tap.wants(&format!("{name}.ffn_out")) {
-            let ffn = self.mlp.down.forward(be, &act)?;
+            let ffn = mlp.down.forward(be, &act)?;
             record(be, tap, name, "ffn_out", &ffn)?;
             be.add(x, &ffn)?;
         } else {
-            self.mlp.down.forward_add(be, &act, x)?;
+            mlp.down.forward_add(be, &act, x)?;
         }
         record(be, tap, name, "l_out", x)
     }

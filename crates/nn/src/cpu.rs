@@ -74,6 +74,16 @@ impl Backend for CpuBackend {
         Ok(x.data.clone())
     }
 
+    fn upload(&self, values: Vec<f32>, rows: usize, cols: usize) -> Result<CpuTensor> {
+        if values.len() != rows * cols {
+            return Err(mismatch(
+                "upload",
+                format!("{} values for [{rows}, {cols}]", values.len()),
+            ));
+        }
+        Ok(CpuTensor { data: values, cols })
+    }
+
     fn embed(&self, table: &Weight, ids: &[u32], scale: Option<f32>) -> Result<CpuTensor> {
         let (vocab, dim) = (table.shape.dims()[0], table.shape.dims()[1]);
         let row_bytes = table.data.len() / vocab.max(1);

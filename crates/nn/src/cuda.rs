@@ -377,6 +377,21 @@ impl Backend for CudaBackend {
         Ok(self.device.download(&x.buf)?)
     }
 
+    fn upload(&self, values: Vec<f32>, rows: usize, cols: usize) -> Result<CudaTensor> {
+        if values.len() != rows * cols {
+            return Err(NnError::Kernel(synaptix_core::Error::ShapeMismatch {
+                op: "upload",
+                detail: format!("{} values for [{rows}, {cols}]", values.len()),
+            }));
+        }
+        Ok(CudaTensor {
+            buf: self.device.upload(&values)?,
+            rows,
+            cols,
+            prepared: None,
+        })
+    }
+
     fn embed(&self, table: &DeviceMatrix, ids: &[u32], scale: Option<f32>) -> Result<CudaTensor> {
         let mut out = self.tensor(ids.len(), table.cols)?;
         let scale = scale.unwrap_or(1.0);

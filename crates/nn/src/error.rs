@@ -42,6 +42,9 @@ pub enum NnError {
     /// model keeps the typed error).
     #[error("{0}")]
     Step(String),
+    /// Hyper-parameters a layer cannot take, by message.
+    #[error("{0}")]
+    Invalid(String),
 }
 
 pub type Result<T, E = NnError> = std::result::Result<T, E>;

@@ -28,6 +28,33 @@ impl Weight {
         }
     }
 
+    /// Matrix `e` of a stack of experts' matrices `[n_expert, rows, cols]`: `[rows, cols]`,
+    /// sharing the bytes.
+    pub fn expert(&self, e: usize) -> Result<Weight> {
+        let bad = |expected: String| NnError::BadShape {
+            name: self.name.clone(),
+            shape: self.shape.clone(),
+            expected,
+        };
+        let &[n, rows, cols] = self.shape.dims() else {
+            return Err(bad("[experts, rows, cols]".into()));
+        };
+        if e >= n || !cols.is_multiple_of(self.dtype.block_len()) {
+            return Err(bad(format!("expert {e} of whole {} rows", self.dtype)));
+        }
+        let bytes = rows * (cols / self.dtype.block_len()) * self.dtype.block_bytes();
+        let data = self
+            .data
+            .slice(e * bytes..(e + 1) * bytes)
+            .ok_or_else(|| bad(format!("{n} experts of {bytes} bytes")))?;
+        Ok(Weight {
+            name: format!("{}[{e}]", self.name),
+            dtype: self.dtype,
+            shape: Shape::new(vec![rows, cols]),
+            data,
+        })
+    }
+
     /// All values as f32 (for small tensors: norms, biases).
     pub fn to_f32(&self) -> Result<Vec<f32>> {
         let n = self.shape.elements().ok_or_else(|| NnError::BadShape {

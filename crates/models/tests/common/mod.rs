@@ -119,6 +119,7 @@ fn teacher_forced(
         .collect();
     assert_eq!(steps.len(), want.len());
     let mut logits = prompt_logits;
+    let mut worst = 0f64;
     for (i, step) in steps.iter().enumerate() {
         if i > 0 {
             logits = model
@@ -132,6 +133,7 @@ fn teacher_forced(
             .map(|x| x.as_f64().unwrap() as f32)
             .collect();
         let e = nmse(&logits, &reference);
+        worst = worst.max(e);
         assert!(
             e < max_nmse,
             "{name}: step {i}: logits NMSE {e:e} ≥ {max_nmse:e}"
@@ -149,4 +151,8 @@ fn teacher_forced(
             );
         }
     }
+    eprintln!(
+        "{name}: worst teacher-forced step NMSE {worst:.3e} over {} steps",
+        steps.len()
+    );
 }
