@@ -14,10 +14,16 @@ synaptix. The byte-level BPE tokenizer of make_hf_models.py travels as
 | mixtral-tiny.gguf | MixtralForCausalLM | `llama` with `llama.expert_count` 4, 2 used; q/k rows permuted |
 | qwen3moe-tiny.gguf | Qwen3MoeForCausalLM | `qwen3moe`: QK-norm, head_dim 32, expert width 48 ≠ dense 96, renormalised top-2 of 8 |
 
-Matrices are stored F16 (their transformers model holds the same values in float32), norms
-and routers F32. tests/fixtures/moe/<name>.json holds, per prompt: the ids, 8 greedy tokens,
+Matrices are stored F16, norms and routers F32, all holding float16 values (their transformers
+model holds the same values in float32). tests/fixtures/moe/<name>.json holds, per prompt: the ids, 8 greedy tokens,
 the float32 logits after the prompt and after each generated token, and each step's top-two
 margin.
+
+The same two models are also saved as Hugging Face directories (F16) in tests/fixtures/hf/:
+qwen3moe-tiny as transformers 5 saves it (each layer's experts fused: `mlp.experts.gate_up_proj`
+[E, 2·ff, d], `mlp.experts.down_proj`), mixtral-tiny rewritten in the layout of the published
+Mixtral checkpoints (`block_sparse_moe.gate`, `block_sparse_moe.experts.{e}.w1/w2/w3`), which
+transformers converts on load (checked here: the same logits). The goldens above serve them.
 """
 
 import json
@@ -31,7 +37,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import make_hf_models as base  # noqa: E402
 import gguf  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import (  # noqa: E402
+    AutoModelForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
     Qwen3MoeConfig,
@@ -134,13 +142,37 @@ def cases(model, tok):
     return out_cases
 
 
+def to_published_mixtral_layout(d):
+    """Rewrites a saved Mixtral's model.safetensors with the names and per-expert tensors of
+    the published checkpoints."""
+    path = os.path.join(d, "model.safetensors")
+    old = load_file(path)
+    new = {}
+    for k, v in old.items():
+        if ".mlp.gate." in k:
+            new[k.replace(".mlp.gate.", ".block_sparse_moe.gate.")] = v
+        elif k.endswith("mlp.experts.gate_up_proj"):
+            prefix = k[: -len("mlp.experts.gate_up_proj")]
+            ff = v.shape[1] // 2
+            for e in range(v.shape[0]):
+                new[f"{prefix}block_sparse_moe.experts.{e}.w1.weight"] = v[e, :ff].clone()
+                new[f"{prefix}block_sparse_moe.experts.{e}.w3.weight"] = v[e, ff:].clone()
+        elif k.endswith("mlp.experts.down_proj"):
+            prefix = k[: -len("mlp.experts.down_proj")]
+            for e in range(v.shape[0]):
+                new[f"{prefix}block_sparse_moe.experts.{e}.w2.weight"] = v[e].clone()
+        else:
+            new[k] = v
+    save_file(new, path, metadata={"format": "pt"})
+
+
 def to_f16_values(model):
-    """Rounds every matrix to float16 and back, so that the float32 model holds exactly what
-    the file stores."""
+    """Rounds every parameter to float16 and back (the norms and routers too, which the GGUF
+    keeps in F32, because the Hugging Face directories store everything in F16), so that the
+    float32 model holds exactly what the files store."""
     with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.dim() >= 2 and "mlp.gate.weight" not in name:
-                p.copy_(p.half().float())
+        for p in model.parameters():
+            p.copy_(p.half().float())
 
 
 def main():
@@ -199,6 +231,14 @@ def main():
     for name, arch, model, extra, perm in specs:
         write_gguf(os.path.join(OUT, name + ".gguf"), arch, model, tok_json, extra, perm)
         got = cases(model, tok)
+        d = base.build(name, model, torch.float16, tokenizer)
+        if name == "mixtral-tiny":
+            to_published_mixtral_layout(d)
+        again = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+        for a, b in zip(cases(again, tok), got):
+            assert a["generated"] == b["generated"], f"transformers reads {d} differently"
+            diff = np.abs(np.array(a["step_logits"]) - np.array(b["step_logits"])).max()
+            assert diff < 1e-4, f"transformers reads {d} differently: {diff}"
         with open(os.path.join(OUT, name + ".json"), "w") as f:
             json.dump({"model": name, "cases": got}, f)
         print(name, [c["generated"] for c in got], [min(c["margins"]) for c in got])

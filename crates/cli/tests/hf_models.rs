@@ -178,3 +178,48 @@ fn broken_hf_directories_are_one_line_errors() {
         "whole Hugging Face model directory",
     );
 }
+
+/// Mixture-of-experts directories (Mixtral in the published per-expert layout, Qwen3-MoE
+/// fused): `run` on the directory and on its GGUF conversion gives transformers' greedy tokens
+/// for the first prompt (tests/fixtures/moe holds the goldens), and the GGUF carries llama.cpp's
+/// expert keys.
+#[test]
+fn run_and_convert_moe_directories() {
+    let s = Scratch::new("hf-moe");
+    for (name, arch) in [("mixtral-tiny", "llama"), ("qwen3moe-tiny", "qwen3moe")] {
+        let dir = fixture(name);
+        let g: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(fixture(&format!("../moe/{name}.json"))).unwrap(),
+        )
+        .unwrap();
+        let case = &g["cases"][0];
+        assert!(case["margins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|m| m.as_f64().unwrap() > 0.02));
+        let want = json_ids(&case["generated"]);
+        let prompt = case["prompt"].as_str().unwrap();
+        let gguf = s.path(&format!("{name}.gguf"));
+        let r = synaptix(&["convert", p(&dir), &gguf]);
+        assert!(
+            r.status.success(),
+            "convert {name}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        for model in [p(&dir), gguf.as_str()] {
+            let (ids, tokens) = greedy(model, prompt, want.len());
+            assert_eq!(ids, json_ids(&case["prompt_ids"]), "{model}: prompt ids");
+            assert_eq!(tokens, want, "{model}: greedy tokens against transformers");
+        }
+        let out = synaptix(&["inspect", &gguf, "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["metadata"]["general.architecture"], arch);
+        assert!(
+            v["metadata"][format!("{arch}.expert_count")]
+                .as_u64()
+                .unwrap()
+                >= 4
+        );
+    }
+}

@@ -81,3 +81,16 @@ fn gguf_vocabulary_from_tokenizer_json_tokenizes_alike() {
         }
     }
 }
+
+/// Mixture-of-experts directories (`scripts/reference/make_moe_models.py`): the same F16 values
+/// as the GGUF files of tests/fixtures/moe, whose goldens they share. Mixtral's in the
+/// published checkpoints' layout (one tensor per expert, `block_sparse_moe`), Qwen3-MoE's as
+/// transformers 5 saves it (each layer's experts fused).
+#[test]
+fn moe_directories_match_transformers() {
+    for (name, arch) in [("mixtral-tiny", "llama"), ("qwen3moe-tiny", "qwen3moe")] {
+        let dir = fixtures("hf").join(name);
+        let golden = fixtures("moe").join(format!("{name}.json"));
+        check_golden(&dir, &golden, "safetensors (Hugging Face)", arch, 1e-4);
+    }
+}

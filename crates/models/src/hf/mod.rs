@@ -1,7 +1,8 @@
 //! Hugging Face model directories as LLMs: `config.json`, the weights in safetensors
 //! (`model.safetensors`, or shards listed by `model.safetensors.index.json`) and
 //! `tokenizer.json`, as `transformers` saves them for `LlamaForCausalLM`, `MistralForCausalLM`,
-//! `Qwen2ForCausalLM`, `Qwen3ForCausalLM` and `Gemma3ForCausalLM`.
+//! `MixtralForCausalLM`, `Qwen2ForCausalLM`, `Qwen3ForCausalLM`, `Qwen3MoeForCausalLM` and
+//! `Gemma3ForCausalLM` (mixture-of-experts tensors: [`experts`]).
 //!
 //! [`open_hf_dir`] presents such a directory as the GGUF file llama.cpp's
 //! `convert_hf_to_gguf.py` would write from it, so that every model file, command and the
@@ -30,12 +31,17 @@ use synaptix_core::{Blob, DType, Shape};
 
 use crate::{ModelError, Result};
 
+mod experts;
+use experts::{expert_part, LayerExperts, Piece};
+
 /// `model_type` values [`open_hf_dir`] reads, with the GGUF architecture each becomes.
 pub const HF_MODEL_TYPES: &[(&str, &str)] = &[
     ("llama", "llama"),
     ("mistral", "llama"),
+    ("mixtral", "llama"),
     ("qwen2", "qwen2"),
     ("qwen3", "qwen3"),
+    ("qwen3_moe", "qwen3moe"),
     ("gemma3_text", "gemma3"),
     ("gemma3", "gemma3"),
 ];
@@ -242,16 +248,20 @@ fn open_weights(dir: &Path) -> Result<Weights> {
     Ok(Weights { files, entries })
 }
 
-/// A GGUF tensor name for a transformers one, or `None` for a name the architecture lacks.
-/// `gemma` names Gemma's four norms of a block.
-fn gguf_name(hf: &str, gemma: bool) -> Option<String> {
-    // Multimodal exports nest the text model: `model.language_model.*` (transformers ≥ 4.52)
-    // or `language_model.model.*`.
-    let name = ["model.language_model.", "language_model.model.", "model."]
+/// A transformers tensor name without the text model's prefix. Multimodal exports nest the
+/// text model: `model.language_model.*` (transformers ≥ 4.52) or `language_model.model.*`.
+fn without_model_prefix(hf: &str) -> &str {
+    ["model.language_model.", "language_model.model.", "model."]
         .iter()
         .find_map(|p| hf.strip_prefix(p))
         .or_else(|| hf.strip_prefix("language_model."))
-        .unwrap_or(hf);
+        .unwrap_or(hf)
+}
+
+/// A GGUF tensor name for a transformers one, or `None` for a name the architecture lacks.
+/// `gemma` names Gemma's four norms of a block.
+fn gguf_name(hf: &str, gemma: bool) -> Option<String> {
+    let name = without_model_prefix(hf);
     match name {
         "embed_tokens.weight" => return Some("token_embd.weight".into()),
         "norm.weight" => return Some("output_norm.weight".into()),
@@ -461,6 +471,7 @@ pub fn open_hf_dir(dir: &Path) -> Result<GgufFile> {
     if gemma {
         gemma3_keys(&cfg, n_layer, head_dim, &mut meta)?;
     }
+    let n_expert = moe_keys(&cfg, model_type, arch, &mut meta)?;
 
     let weights = open_weights(dir)?;
     let tied = json
@@ -470,7 +481,29 @@ pub fn open_hf_dir(dir: &Path) -> Result<GgufFile> {
         // transformers' default for every architecture here.
         .unwrap_or(true);
     let mut tensors: Vec<(String, DType, Shape, Blob)> = Vec::new();
+    let mut layer_experts: BTreeMap<usize, LayerExperts> = BTreeMap::new();
     for (hf_name, (file, t)) in &weights.entries {
+        if n_expert > 0 {
+            if let Some((layer, part)) = expert_part(without_model_prefix(hf_name)) {
+                let dtype = dtype_of(&t.dtype).ok_or_else(|| {
+                    bad_weights(format!(
+                        "tensor {hf_name} is {}; synaptix reads F32, F16 and BF16 checkpoints",
+                        t.dtype.name()
+                    ))
+                })?;
+                let piece = Piece {
+                    dtype,
+                    shape: t.shape.clone(),
+                    blob: weights.files[*file].blob(t),
+                };
+                layer_experts
+                    .entry(layer)
+                    .or_default()
+                    .add(part, piece)
+                    .map_err(|p| bad_weights(format!("layer {layer}: {p}")))?;
+                continue;
+            }
+        }
         // Buffers older exports saved beside the weights; the model recomputes them.
         if hf_name.ends_with("rotary_emb.inv_freq") {
             continue;
@@ -533,6 +566,13 @@ pub fn open_hf_dir(dir: &Path) -> Result<GgufFile> {
         };
         tensors.push((name, dtype, shape, blob));
     }
+    for (layer, experts) in layer_experts {
+        tensors.extend(
+            experts
+                .assemble(layer, n_expert)
+                .map_err(|p| bad_weights(format!("layer {layer}'s experts: {p}")))?,
+        );
+    }
     if let RopeScaling::Llama3 {
         factor,
         low_freq_factor,
@@ -560,7 +600,7 @@ pub fn open_hf_dir(dir: &Path) -> Result<GgufFile> {
     }
     // llama.cpp's file type: what most matrix elements are stored as (0 F32, 1 F16, 32 BF16).
     let mut elements = [0u64; 3];
-    for (_, dtype, shape, _) in tensors.iter().filter(|t| t.2.dims().len() == 2) {
+    for (_, dtype, shape, _) in tensors.iter().filter(|t| t.2.dims().len() >= 2) {
         let n: u64 = shape.dims().iter().map(|&d| d as u64).product();
         match dtype {
             DType::F16 => elements[1] += n,
@@ -582,6 +622,74 @@ pub fn open_hf_dir(dir: &Path) -> Result<GgufFile> {
         meta,
         tensors,
     )?)
+}
+
+/// The mixture-of-experts keys of Mixtral and Qwen3-MoE (none for dense models); returns the
+/// number of experts (0 for dense).
+fn moe_keys(
+    cfg: &Config,
+    model_type: &str,
+    arch: &str,
+    meta: &mut Vec<(String, Value)>,
+) -> Result<usize> {
+    // transformers 5 writes num_local_experts for both; Qwen's own configs say num_experts.
+    let experts = || -> Result<usize> {
+        match cfg.usize("num_local_experts")? {
+            Some(n) => Ok(n),
+            None => cfg.required("num_experts"),
+        }
+    };
+    let (n_expert, width, normalize) = match model_type {
+        // Mixtral's experts are intermediate_size wide, and its router renormalises.
+        "mixtral" => (experts()?, None, true),
+        "qwen3_moe" => {
+            if cfg.usize("decoder_sparse_step")?.unwrap_or(1) != 1
+                || cfg
+                    .get("mlp_only_layers")
+                    .and_then(Json::as_array)
+                    .is_some_and(|l| !l.is_empty())
+            {
+                return Err(cfg.bad(
+                    "dense layers between the expert layers (decoder_sparse_step, \
+                     mlp_only_layers) are not supported yet",
+                ));
+            }
+            let normalize = cfg
+                .get("norm_topk_prob")
+                .and_then(Json::as_bool)
+                .unwrap_or(false);
+            (
+                experts()?,
+                Some(cfg.required("moe_intermediate_size")?),
+                normalize,
+            )
+        }
+        _ => return Ok(0),
+    };
+    let used = cfg.required("num_experts_per_tok")?;
+    if n_expert == 0 || used == 0 || used > n_expert {
+        return Err(cfg.bad(format!("{used} experts per token out of {n_expert}")));
+    }
+    let u32_of = |v: usize| u32::try_from(v).map_err(|_| cfg.bad("expert counts too large"));
+    meta.push((
+        format!("{arch}.expert_count"),
+        Value::U32(u32_of(n_expert)?),
+    ));
+    meta.push((
+        format!("{arch}.expert_used_count"),
+        Value::U32(u32_of(used)?),
+    ));
+    if let Some(w) = width {
+        meta.push((
+            format!("{arch}.expert_feed_forward_length"),
+            Value::U32(u32_of(w)?),
+        ));
+    }
+    meta.push((
+        format!("{arch}.expert_weights_norm"),
+        Value::Bool(normalize),
+    ));
+    Ok(n_expert)
 }
 
 /// Gemma 3's own keys: sliding window, which layers slide, the local RoPE base.
