@@ -13,6 +13,7 @@ synaptix. The byte-level BPE tokenizer of make_hf_models.py travels as
 |---|---|---|
 | mixtral-tiny.gguf | MixtralForCausalLM | `llama` with `llama.expert_count` 4, 2 used; q/k rows permuted |
 | qwen3moe-tiny.gguf | Qwen3MoeForCausalLM | `qwen3moe`: QK-norm, head_dim 32, expert width 48 ≠ dense 96, renormalised top-2 of 8 |
+| qwen2moe-tiny.gguf | Qwen2MoeForCausalLM | `qwen2moe`: q/k/v biases, top-2 of 4 not renormalised, a shared expert (width 80) behind a sigmoid gate |
 
 Matrices are stored F16, norms and routers F32, all holding float16 values (their transformers
 model holds the same values in float32). tests/fixtures/moe/<name>.json holds, per prompt: the ids, 8 greedy tokens,
@@ -42,6 +43,8 @@ from transformers import (  # noqa: E402
     AutoModelForCausalLM,
     MixtralConfig,
     MixtralForCausalLM,
+    Qwen2MoeConfig,
+    Qwen2MoeForCausalLM,
     Qwen3MoeConfig,
     Qwen3MoeForCausalLM,
 )
@@ -101,6 +104,9 @@ def write_gguf(path, arch, model, tok_json, extra_keys, permute_qk):
         matrix(b + "attn_k.weight", k)
         matrix(b + "attn_v.weight", sd[p + "self_attn.v_proj.weight"])
         matrix(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
+        for proj in ("q", "k", "v"):
+            if p + f"self_attn.{proj}_proj.bias" in sd:
+                vector(b + f"attn_{proj}.bias", sd[p + f"self_attn.{proj}_proj.bias"])
         if p + "self_attn.q_norm.weight" in sd:
             vector(b + "attn_q_norm.weight", sd[p + "self_attn.q_norm.weight"])
             vector(b + "attn_k_norm.weight", sd[p + "self_attn.k_norm.weight"])
@@ -111,6 +117,12 @@ def write_gguf(path, arch, model, tok_json, extra_keys, permute_qk):
         matrix(b + "ffn_gate_exps.weight", gate_up[:, :ff, :])
         matrix(b + "ffn_up_exps.weight", gate_up[:, ff:, :])
         matrix(b + "ffn_down_exps.weight", sd[p + "mlp.experts.down_proj"])
+        if p + "mlp.shared_expert_gate.weight" in sd:
+            # llama.cpp's shared-expert gate is a vector of n_embd.
+            vector(b + "ffn_gate_inp_shexp.weight", sd[p + "mlp.shared_expert_gate.weight"][0])
+            matrix(b + "ffn_gate_shexp.weight", sd[p + "mlp.shared_expert.gate_proj.weight"])
+            matrix(b + "ffn_up_shexp.weight", sd[p + "mlp.shared_expert.up_proj.weight"])
+            matrix(b + "ffn_down_shexp.weight", sd[p + "mlp.shared_expert.down_proj.weight"])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -227,6 +239,27 @@ def main():
     to_f16_values(m)
     extra = {"expert_count": 8, "expert_used_count": 2, "expert_feed_forward_length": 48}
     specs.append(("qwen3moe-tiny", "qwen3moe", m, extra, False))
+
+    cfg = Qwen2MoeConfig(
+        **common,
+        intermediate_size=96,
+        moe_intermediate_size=48,
+        shared_expert_intermediate_size=80,
+        num_experts=4,
+        num_experts_per_tok=2,
+        norm_topk_prob=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+    )
+    m = Qwen2MoeForCausalLM(cfg)
+    base.noise(m, False, 8)
+    to_f16_values(m)
+    extra = {
+        "expert_count": 4,
+        "expert_used_count": 2,
+        "expert_feed_forward_length": 48,
+        "expert_shared_feed_forward_length": 80,
+    }
+    specs.append(("qwen2moe-tiny", "qwen2moe", m, extra, False))
 
     for name, arch, model, extra, perm in specs:
         write_gguf(os.path.join(OUT, name + ".gguf"), arch, model, tok_json, extra, perm)

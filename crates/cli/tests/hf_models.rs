@@ -186,7 +186,11 @@ fn broken_hf_directories_are_one_line_errors() {
 #[test]
 fn run_and_convert_moe_directories() {
     let s = Scratch::new("hf-moe");
-    for (name, arch) in [("mixtral-tiny", "llama"), ("qwen3moe-tiny", "qwen3moe")] {
+    for (name, arch) in [
+        ("mixtral-tiny", "llama"),
+        ("qwen3moe-tiny", "qwen3moe"),
+        ("qwen2moe-tiny", "qwen2moe"),
+    ] {
         let dir = fixture(name);
         let g: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(fixture(&format!("../moe/{name}.json"))).unwrap(),

@@ -29,6 +29,8 @@ pub struct HParams {
     pub n_ff_exp: usize,
     /// Whether the chosen experts' weights are divided by their sum.
     pub expert_weights_norm: bool,
+    /// The shared expert's hidden width (`expert_shared_feed_forward_length`; 0: none).
+    pub n_ff_shexp: usize,
 }
 
 /// Limits that keep hostile metadata from requesting absurd allocations.
@@ -171,8 +173,15 @@ impl HParams {
             n_expert,
             n_expert_used,
             n_ff_exp,
-            // llama.cpp renormalises the chosen experts' weights for Mixtral and Qwen3-MoE.
-            expert_weights_norm: file.get_bool(&key("expert_weights_norm"))?.unwrap_or(true),
+            // llama.cpp renormalises the chosen experts' weights for Mixtral and Qwen3-MoE, not
+            // for Qwen2-MoE.
+            expert_weights_norm: file
+                .get_bool(&key("expert_weights_norm"))?
+                .unwrap_or(arch != "qwen2moe"),
+            n_ff_shexp: match file.get(&key("expert_shared_feed_forward_length")) {
+                Some(_) => required("expert_shared_feed_forward_length", MAX_WIDTH)?,
+                None => 0,
+            },
         })
     }
 

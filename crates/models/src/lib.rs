@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | `llama` | [`llama`] | Llama 2/3, Mistral, TinyLlama, Mixtral (experts: CPU) |
 //! | `qwen2` | [`qwen2`] | Qwen2, Qwen2.5 (QKV bias) |
+//! | `qwen2moe` | [`qwen2moe`] | Qwen1.5-MoE, Qwen2-MoE (shared expert; CPU) |
 //! | `qwen3` | [`qwen3`] | Qwen3 dense (QK-norm) |
 //! | `qwen3moe` | [`qwen3moe`] | Qwen3 mixture-of-experts (CPU) |
 //! | `gemma3` | [`gemma3`] | Gemma 3 text (sliding-window and global layers) |
@@ -23,6 +24,7 @@ pub mod hf;
 mod hparams;
 pub mod llama;
 pub mod qwen2;
+pub mod qwen2moe;
 pub mod qwen3;
 pub mod qwen3moe;
 pub mod silero_vad;
@@ -44,7 +46,8 @@ use synaptix_nn::{Backend, CpuBackend, CudaBackend, KvCache, NnError, TensorSour
 pub use synaptix_nn::{NoTap, Tap};
 
 /// Architectures [`load`] knows, as GGUF's `general.architecture` names them.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama", "qwen2", "qwen3", "qwen3moe", "gemma3"];
+pub const SUPPORTED_ARCHITECTURES: &[&str] =
+    &["llama", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "gemma3"];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -230,6 +233,7 @@ fn build<B: Backend>(
     Ok(match arch.as_str() {
         "llama" => Box::new(llama::load(be, vb, info)?),
         "qwen2" => Box::new(qwen2::load(be, vb, info)?),
+        "qwen2moe" => Box::new(qwen2moe::load(be, vb, info)?),
         "qwen3" => Box::new(qwen3::load(be, vb, info)?),
         "qwen3moe" => Box::new(qwen3moe::load(be, vb, info)?),
         "gemma3" => Box::new(gemma3::Gemma3::load(be, vb, file, info)?),

@@ -89,6 +89,7 @@ impl<B: Backend> PreNormDecoder<B> {
                             hp.n_expert_used,
                             hp.expert_weights_norm,
                             Activation::Silu,
+                            (hp.n_ff_shexp > 0).then_some(hp.n_ff_shexp),
                         )?)
                     } else {
                         Ffn::Dense(GatedMlp::load(

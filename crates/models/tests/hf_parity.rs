@@ -88,7 +88,11 @@ fn gguf_vocabulary_from_tokenizer_json_tokenizes_alike() {
 /// transformers 5 saves it (each layer's experts fused).
 #[test]
 fn moe_directories_match_transformers() {
-    for (name, arch) in [("mixtral-tiny", "llama"), ("qwen3moe-tiny", "qwen3moe")] {
+    for (name, arch) in [
+        ("mixtral-tiny", "llama"),
+        ("qwen3moe-tiny", "qwen3moe"),
+        ("qwen2moe-tiny", "qwen2moe"),
+    ] {
         let dir = fixtures("hf").join(name);
         let golden = fixtures("moe").join(format!("{name}.json"));
         check_golden(&dir, &golden, "safetensors (Hugging Face)", arch, 1e-4);

@@ -6,6 +6,8 @@
 //! largest probabilities (the lower expert index first on ties), divided by their sum when
 //! `normalize`. Each expert runs once on the rows routed to it; rows are gathered and the
 //! weighted outputs summed on the host, expert by expert in index order.
+//!
+//! Qwen2-MoE adds a shared expert that every row uses, scaled by `sigmoid(x · g)`.
 
 use crate::{record, Activation, Backend, GatedMlp, Linear, NnError, Result, Tap, VarBuilder};
 
@@ -18,10 +20,13 @@ pub struct MoeMlp<B: Backend> {
     pub n_used: usize,
     pub normalize: bool,
     pub dim: usize,
+    /// `ffn_{gate,up,down}_shexp` and the gate vector `ffn_gate_inp_shexp` (`[dim]`).
+    pub shared: Option<(GatedMlp<B>, Vec<f32>)>,
 }
 
 impl<B: Backend> MoeMlp<B> {
-    /// Loads `ffn_gate_inp`, `ffn_gate_exps`, `ffn_up_exps`, `ffn_down_exps` under `vb`.
+    /// Loads `ffn_gate_inp`, `ffn_gate_exps`, `ffn_up_exps`, `ffn_down_exps` under `vb`, and
+    /// the shared expert when `shared_hidden` is set.
     #[allow(clippy::too_many_arguments)]
     pub fn load(
         be: &B,
@@ -32,6 +37,7 @@ impl<B: Backend> MoeMlp<B> {
         n_used: usize,
         normalize: bool,
         activation: Activation,
+        shared_hidden: Option<usize>,
     ) -> Result<Self> {
         if n_used == 0 || n_used > n_expert {
             return Err(NnError::Invalid(format!(
@@ -55,12 +61,34 @@ impl<B: Backend> MoeMlp<B> {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
+        let shared = match shared_hidden {
+            Some(h) => {
+                let gate = vb.get("ffn_gate_inp_shexp.weight")?;
+                let values = gate.to_f32()?;
+                if values.len() != dim {
+                    return Err(NnError::BadShape {
+                        name: gate.name.clone(),
+                        shape: gate.shape.clone(),
+                        expected: format!("[{dim}]"),
+                    });
+                }
+                let mlp = GatedMlp {
+                    gate: Linear::load(be, vb, "ffn_gate_shexp", h, dim)?,
+                    up: Linear::load(be, vb, "ffn_up_shexp", h, dim)?,
+                    down: Linear::load(be, vb, "ffn_down_shexp", dim, h)?,
+                    activation,
+                };
+                Some((mlp, values))
+            }
+            None => None,
+        };
         Ok(MoeMlp {
             router,
             experts,
             n_used,
             normalize,
             dim,
+            shared,
         })
     }
 
@@ -123,6 +151,20 @@ impl<B: Backend> MoeMlp<B> {
                 for (o, v) in out[r * dim..(r + 1) * dim]
                     .iter_mut()
                     .zip(&y[i * dim..(i + 1) * dim])
+                {
+                    *o += w * v;
+                }
+            }
+        }
+        if let Some((mlp, gate)) = &self.shared {
+            let y = be.to_host(&mlp.forward(be, x, name, &mut crate::NoTap)?)?;
+            for r in 0..rows {
+                let xr = &host_x[r * dim..(r + 1) * dim];
+                let g: f32 = xr.iter().zip(gate).map(|(a, b)| a * b).sum();
+                let w = 1.0 / (1.0 + (-g).exp());
+                for (o, v) in out[r * dim..(r + 1) * dim]
+                    .iter_mut()
+                    .zip(&y[r * dim..(r + 1) * dim])
                 {
                     *o += w * v;
                 }

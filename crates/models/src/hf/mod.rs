@@ -1,7 +1,8 @@
 //! Hugging Face model directories as LLMs: `config.json`, the weights in safetensors
 //! (`model.safetensors`, or shards listed by `model.safetensors.index.json`) and
 //! `tokenizer.json`, as `transformers` saves them for `LlamaForCausalLM`, `MistralForCausalLM`,
-//! `MixtralForCausalLM`, `Qwen2ForCausalLM`, `Qwen3ForCausalLM`, `Qwen3MoeForCausalLM` and
+//! `MixtralForCausalLM`, `Qwen2ForCausalLM`, `Qwen2MoeForCausalLM`, `Qwen3ForCausalLM`,
+//! `Qwen3MoeForCausalLM` and
 //! `Gemma3ForCausalLM` (mixture-of-experts tensors: [`experts`]).
 //!
 //! [`open_hf_dir`] presents such a directory as the GGUF file llama.cpp's
@@ -40,6 +41,7 @@ pub const HF_MODEL_TYPES: &[(&str, &str)] = &[
     ("mistral", "llama"),
     ("mixtral", "llama"),
     ("qwen2", "qwen2"),
+    ("qwen2_moe", "qwen2moe"),
     ("qwen3", "qwen3"),
     ("qwen3_moe", "qwen3moe"),
     ("gemma3_text", "gemma3"),
@@ -290,6 +292,10 @@ fn gguf_name(hf: &str, gemma: bool) -> Option<String> {
         "mlp.gate_proj" => "ffn_gate",
         "mlp.up_proj" => "ffn_up",
         "mlp.down_proj" => "ffn_down",
+        "mlp.shared_expert.gate_proj" => "ffn_gate_shexp",
+        "mlp.shared_expert.up_proj" => "ffn_up_shexp",
+        "mlp.shared_expert.down_proj" => "ffn_down_shexp",
+        "mlp.shared_expert_gate" => "ffn_gate_inp_shexp",
         _ => return None,
     };
     Some(format!("blk.{layer}.{gguf}.{kind}"))
@@ -527,8 +533,16 @@ pub fn open_hf_dir(dir: &Path) -> Result<GgufFile> {
             ))
         })?;
         let file = &weights.files[*file];
-        let shape = Shape::new(t.shape.clone());
-        let blob = file.blob(t);
+        let mut shape = Shape::new(t.shape.clone());
+        let mut blob = file.blob(t);
+        if name.ends_with("ffn_gate_inp_shexp.weight") {
+            // `[1, d]` in transformers, a vector in GGUF.
+            let values = to_f32(dtype, blob.as_bytes());
+            shape = Shape::new(vec![values.len()]);
+            blob = f32_blob(&values);
+            tensors.push((name, DType::F32, shape, blob));
+            continue;
+        }
         let rotary = if name.contains(".attn_q.") {
             Some(n_head)
         } else if name.contains(".attn_k.") {
@@ -642,7 +656,7 @@ fn moe_keys(
     let (n_expert, width, normalize) = match model_type {
         // Mixtral's experts are intermediate_size wide, and its router renormalises.
         "mixtral" => (experts()?, None, true),
-        "qwen3_moe" => {
+        "qwen3_moe" | "qwen2_moe" => {
             if cfg.usize("decoder_sparse_step")?.unwrap_or(1) != 1
                 || cfg
                     .get("mlp_only_layers")
@@ -683,6 +697,13 @@ fn moe_keys(
         meta.push((
             format!("{arch}.expert_feed_forward_length"),
             Value::U32(u32_of(w)?),
+        ));
+    }
+    if model_type == "qwen2_moe" {
+        let shared = cfg.required("shared_expert_intermediate_size")?;
+        meta.push((
+            format!("{arch}.expert_shared_feed_forward_length"),
+            Value::U32(u32_of(shared)?),
         ));
     }
     meta.push((
