@@ -165,6 +165,20 @@ fn broken_hf_directories_are_one_line_errors() {
     std::fs::write(&st, &bytes[..bytes.len() / 2]).unwrap();
     fails(&["run", p(&d), "hi"], "model.safetensors");
 
+    let d = copy_fixture(&s, "qwen2-tiny-sharded", "lostshard");
+    std::fs::remove_file(d.join("model-00002-of-00003.safetensors")).unwrap();
+    fails(&["run", p(&d), "hi"], "model-00002-of-00003.safetensors");
+
+    let d = copy_fixture(&s, "qwen2-tiny-sharded", "escaping-index");
+    let index = d.join("model.safetensors.index.json");
+    let text = std::fs::read_to_string(&index).unwrap();
+    std::fs::write(
+        &index,
+        text.replacen("model-00001-of-00003.safetensors", "../x.safetensors", 1),
+    )
+    .unwrap();
+    fails(&["run", p(&d), "hi"], "weight_map names an odd file");
+
     let d = copy_fixture(&s, "qwen2-tiny", "badjson");
     std::fs::write(d.join("config.json"), b"{ not json").unwrap();
     fails(&["run", p(&d), "hi"], "config.json");

@@ -37,6 +37,22 @@ fn qwen2_from_safetensors_matches_transformers() {
     check("qwen2-tiny", "qwen2", 1e-3);
 }
 
+/// The same checkpoint in three shards listed by `model.safetensors.index.json`
+/// (`scripts/reference/make_sharded_model.py`): the same goldens.
+#[test]
+fn sharded_safetensors_read_as_one() {
+    let dir = fixtures("hf").join("qwen2-tiny-sharded");
+    let golden = fixtures("hf").join("qwen2-tiny.json");
+    check_golden(&dir, &golden, "safetensors (Hugging Face)", "qwen2", 1e-3);
+    let whole = synaptix_models::open_model_file(&fixtures("hf").join("qwen2-tiny")).unwrap();
+    let shards = synaptix_models::open_model_file(&dir).unwrap();
+    assert_eq!(whole.tensors().len(), shards.tensors().len());
+    for t in whole.tensors() {
+        let s = shards.tensor_info(&t.name).unwrap();
+        assert_eq!(whole.tensor_bytes(t), shards.tensor_bytes(s), "{}", t.name);
+    }
+}
+
 #[test]
 fn qwen3_from_safetensors_matches_transformers() {
     check("qwen3-tiny", "qwen3", 2e-5);
