@@ -302,6 +302,9 @@ struct Mixer<'p> {
     i_attn_v: usize,
     /// FFN down projections seen so far.
     i_ffn_down: usize,
+    /// Experts per mixture-of-experts layer (0 for dense models): llama-quantize gives
+    /// 8-expert models' attention more bits, and finds an FFN's layer in its name.
+    n_expert: usize,
     /// No `output.weight`: the token embeddings serve as the output matrix too.
     tied: bool,
     /// `--output-tensor-type`, `--token-embedding-type`.
@@ -366,9 +369,22 @@ impl Mixer<'_> {
                     Mix::Q4KS if i < 4 => ty = DType::Q5K,
                     _ => {}
                 }
+                if self.n_expert == 8 && base.in_gguf() {
+                    ty = DType::Q8_0;
+                }
                 self.i_attn_v += 1;
+            } else if name.contains("attn_k.weight") {
+                if self.n_expert == 8 && base.in_gguf() {
+                    ty = DType::Q8_0;
+                }
             } else if name.contains("ffn_down") {
-                let (i, n) = (self.i_ffn_down, self.n_layer);
+                // A mixture's FFN tensors (experts, shared expert) count by the layer they are in.
+                let i = if self.n_expert > 1 {
+                    layer_of(name).max(0) as usize
+                } else {
+                    self.i_ffn_down
+                };
+                let n = self.n_layer;
                 match self.preset.mix {
                     Mix::Q2K => ty = DType::Q3K,
                     Mix::Q3KM => ty = if i < n / 16 { DType::Q5K } else { DType::Q4K },
@@ -378,6 +394,10 @@ impl Mixer<'_> {
                     _ => {}
                 }
                 self.i_ffn_down += 1;
+            } else if name.contains("attn_output.weight") && self.n_expert == 8 {
+                if ["q2_k", "q3_k_s", "q3_k_m", "q4_k_s", "q4_k_m"].contains(&self.preset.name) {
+                    ty = DType::Q5K;
+                }
             } else if name.contains("attn_output.weight") {
                 match self.preset.mix {
                     Mix::Q2K => ty = DType::Q3K,
@@ -465,6 +485,7 @@ pub fn run(mut a: QuantizeArgs) -> Result<()> {
         n_attn_v: order.iter().filter(|t| is_attn_v(&t.name)).count(),
         i_attn_v: 0,
         i_ffn_down: 0,
+        n_expert: hparam("expert_count").unwrap_or(0) as usize,
         tied: !order.iter().any(|t| t.name == "output.weight"),
         output_tensor_type: tensor_type("--output-tensor-type", &a.output_tensor_type)?,
         token_embedding_type: tensor_type("--token-embedding-type", &a.token_embedding_type)?,

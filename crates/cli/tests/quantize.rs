@@ -419,3 +419,143 @@ fn gemma_microscaling_bundles_run_close_to_their_source() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A mixture-of-experts file with k-quant-sized rows: `llama` with 8 experts of 2 per token
+/// (llama-quantize gives 8-expert models' attention more bits), 4 layers, width 256, F16
+/// matrices of deterministic noise and an F32 router. Written here, the same bytes every time.
+fn synthetic_moe(path: &Path) {
+    use synaptix_bundle::gguf::GgufWriter;
+    use synaptix_bundle::Value;
+    use synaptix_core::DType;
+    let (d, ff, n_expert, n_layer, vocab) = (256u64, 256u64, 8u64, 4u64, 256u64);
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut noise = |n: u64, scale: f32| -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale
+            })
+            .collect()
+    };
+    let f16 = |v: Vec<f32>| -> Vec<u8> {
+        v.iter()
+            .flat_map(|x| half::f16::from_f32(*x).to_le_bytes())
+            .collect()
+    };
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", Value::String("llama".into()));
+    for (k, v) in [
+        ("context_length", 256u32),
+        ("embedding_length", d as u32),
+        ("block_count", n_layer as u32),
+        ("feed_forward_length", ff as u32),
+        ("attention.head_count", 4),
+        ("attention.head_count_kv", 2),
+        ("rope.dimension_count", 64),
+        ("expert_count", n_expert as u32),
+        ("expert_used_count", 2),
+    ] {
+        w.add_metadata(format!("llama.{k}"), Value::U32(v));
+    }
+    w.add_metadata("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5));
+    w.add_tensor(
+        "token_embd.weight",
+        &[vocab, d],
+        DType::F16,
+        f16(noise(vocab * d, 0.1)),
+    );
+    w.add_f32("output_norm.weight", &[d], &vec![1.0; d as usize]);
+    w.add_tensor(
+        "output.weight",
+        &[vocab, d],
+        DType::F16,
+        f16(noise(vocab * d, 0.1)),
+    );
+    for i in 0..n_layer {
+        let b = |n: &str| format!("blk.{i}.{n}.weight");
+        w.add_f32(b("attn_norm"), &[d], &vec![1.0; d as usize]);
+        w.add_tensor(b("attn_q"), &[d, d], DType::F16, f16(noise(d * d, 0.2)));
+        w.add_tensor(
+            b("attn_k"),
+            &[d / 2, d],
+            DType::F16,
+            f16(noise(d * d / 2, 0.2)),
+        );
+        w.add_tensor(
+            b("attn_v"),
+            &[d / 2, d],
+            DType::F16,
+            f16(noise(d * d / 2, 0.2)),
+        );
+        w.add_tensor(
+            b("attn_output"),
+            &[d, d],
+            DType::F16,
+            f16(noise(d * d, 0.2)),
+        );
+        w.add_f32(b("ffn_norm"), &[d], &vec![1.0; d as usize]);
+        w.add_f32(b("ffn_gate_inp"), &[n_expert, d], &noise(n_expert * d, 0.2));
+        for part in ["ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"] {
+            let data = f16(noise(n_expert * ff * d, 0.2));
+            w.add_tensor(b(part), &[n_expert, ff, d], DType::F16, data);
+        }
+    }
+    std::fs::write(path, w.to_bytes()).unwrap();
+}
+
+/// llama-quantize's mixtures on a mixture-of-experts file (llama.cpp as vendored by
+/// llama-cpp-python in late 2026, whose dense files equal 0c1e570's above): expert tensors
+/// quantized expert by expert, their layer read from their names, 8-expert attention in Q8_0
+/// (values, keys) and Q5_K (output).
+#[test]
+fn moe_presets_match_llama_quantize() {
+    let dir = scratch("moe");
+    let input = dir.join("moe-f16.gguf");
+    synthetic_moe(&input);
+    assert_eq!(
+        sha256(&input),
+        "36562ea2cbf7672a8ff29a1a08bf2e0c7116cf08d42f78365644f3ac23ebe4e3",
+        "the synthetic input changed: the hashes below are for another file"
+    );
+    for (dtype, want) in [
+        (
+            "q4_k_m",
+            "38df2059cdc69da9187da07a64afae3a5adef4764644c7b7b3ac04be3b5921dc",
+        ),
+        (
+            "q2_k",
+            "a73df26ee7a475552f140f030707f3329e6b76184cb11be98694953eff3fadf3",
+        ),
+        (
+            "q3_k_m",
+            "89b4f81a3497bb0897ce916291107495350f2b86e11df5110e30e82d535b6155",
+        ),
+        (
+            "q3_k_l",
+            "91c6554b74885522ae7c44b1039fa4cd1d3c3f996b2a0894a1ece4ebd221c46c",
+        ),
+        (
+            "q4_k_s",
+            "fe929dfe8561c8ee0e17fea10671f36c3edb9a4d02097a540a5140974b27cdbc",
+        ),
+        (
+            "q5_k_m",
+            "5b3931b17b9419c9bdebc9b0fcda4d4c25892b5bb94d27bf4d12014b55038b65",
+        ),
+        (
+            "q6_k",
+            "dd322f6c819e6fdb6ee461150be0a418b0082e4387837400caf56f4dd1b90bc7",
+        ),
+        (
+            "q4_0",
+            "d293e8bebbe208e384f482a9c86e413f140f7c6f6ef41bbf0a05fcd0dace7488",
+        ),
+    ] {
+        let out = dir.join(format!("{dtype}.gguf"));
+        quantize(&input, &out, dtype, &[]);
+        assert_eq!(sha256(&out), want, "{dtype}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
