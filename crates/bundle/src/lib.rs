@@ -11,11 +11,13 @@
 //!   FP32 or INT8); read and written tensor by tensor.
 //! - [`syn`]: synaptix's own `.syn` bundle (`docs/syn.md`): read through [`GgufFile::open`],
 //!   written by [`syn::write_syn`].
+//! - [`imatrix`]: importance matrices in llama.cpp's GGUF layout, read and written.
 //! - [`cache`]: where fetched models are cached.
 
 pub mod cache;
 pub mod ct2;
 pub mod gguf;
+pub mod imatrix;
 pub mod onnx;
 pub mod safetensors;
 pub mod symb;

@@ -23,7 +23,7 @@ use synaptix_bundle::syn::{write_syn, SynTensor};
 use synaptix_core::DType;
 use synaptix_kernels_cpu::{
     dequantize, finite_amax, nvfp4_tensor_scale, quantize_nvfp4_with_scale, quantize_weights,
-    QUANTIZE_TARGETS,
+    quantize_weights_weighted, QUANTIZE_TARGETS,
 };
 
 #[derive(Args)]
@@ -39,6 +39,7 @@ use synaptix_kernels_cpu::{
     symb-int4, symb-int8, symb-fp16, symb-fp32 write OUTPUT as a directory.\n\n\
     Examples:\n  \
     synaptix quantize model-f16.gguf model-q4_k_m.gguf --type q4_k_m\n  \
+    synaptix quantize model-f16.gguf model-q4_k_m.gguf --type q4_k_m --imatrix imatrix.gguf\n  \
     synaptix quantize model-f16.gguf model-q8_0.gguf --type q8_0 --pure\n  \
     synaptix quantize model-q8_0.gguf model-q4_0.gguf --type q4_0 --allow-requantize --json\n  \
     synaptix quantize model-f16.gguf model-q4_k_m.syn --type q4_k_m   # a .syn bundle\n  \
@@ -64,6 +65,10 @@ pub struct QuantizeArgs {
     /// Type of the token embeddings, whatever the preset says
     #[arg(long, value_name = "TYPE")]
     pub token_embedding_type: Option<String>,
+    /// An importance matrix (llama-imatrix's GGUF, or `synaptix imatrix`'s): the quantizers
+    /// weigh each column's error by it, as llama-quantize's `--imatrix` does
+    #[arg(long, value_name = "FILE")]
+    pub imatrix: Option<PathBuf>,
     /// Also convert matrices that are already quantized (their dequantized values are
     /// quantized again, which loses more precision than quantizing the originals)
     #[arg(long)]
@@ -159,10 +164,11 @@ fn run_symb(a: &QuantizeArgs, method: &str) -> Result<()> {
         || a.output_tensor_type.is_some()
         || a.token_embedding_type.is_some()
         || a.allow_requantize
+        || a.imatrix.is_some()
     {
         bail!(
-            "--pure, --output-tensor-type, --token-embedding-type and --allow-requantize do not \
-             apply to .symb output (every matrix takes the one encoding)"
+            "--pure, --output-tensor-type, --token-embedding-type, --allow-requantize and \
+             --imatrix do not apply to .symb output (every matrix takes the one encoding)"
         );
     }
     let start = Instant::now();
@@ -302,6 +308,9 @@ struct Mixer<'p> {
     i_attn_v: usize,
     /// FFN down projections seen so far.
     i_ffn_down: usize,
+    /// An importance matrix was given (Q4_0/Q5_0 then give the first eighth of the FFN down
+    /// projections Q4_1/Q5_1, as llama-quantize does).
+    has_imatrix: bool,
     /// Experts per mixture-of-experts layer (0 for dense models): llama-quantize gives
     /// 8-expert models' attention more bits, and finds an FFN's layer in its name.
     n_expert: usize,
@@ -385,6 +394,13 @@ impl Mixer<'_> {
                     self.i_ffn_down
                 };
                 let n = self.n_layer;
+                if self.has_imatrix && i < n / 8 {
+                    match self.preset.name {
+                        "q4_0" => ty = DType::Q4_1,
+                        "q5_0" => ty = DType::Q5_1,
+                        _ => {}
+                    }
+                }
                 match self.preset.mix {
                     Mix::Q2K => ty = DType::Q3K,
                     Mix::Q3KM => ty = if i < n / 16 { DType::Q5K } else { DType::Q4K },
@@ -485,11 +501,20 @@ pub fn run(mut a: QuantizeArgs) -> Result<()> {
         n_attn_v: order.iter().filter(|t| is_attn_v(&t.name)).count(),
         i_attn_v: 0,
         i_ffn_down: 0,
+        has_imatrix: false,
         n_expert: hparam("expert_count").unwrap_or(0) as usize,
         tied: !order.iter().any(|t| t.name == "output.weight"),
         output_tensor_type: tensor_type("--output-tensor-type", &a.output_tensor_type)?,
         token_embedding_type: tensor_type("--token-embedding-type", &a.token_embedding_type)?,
     };
+    let imatrix = match &a.imatrix {
+        Some(path) => Some(
+            synaptix_bundle::imatrix::Imatrix::read(path)
+                .with_context(|| "reading the importance matrix".to_string())?,
+        ),
+        None => None,
+    };
+    mixer.has_imatrix = imatrix.is_some();
     let mut plans = Vec::with_capacity(order.len());
     // Matrices whose rows do not fit the type they would get, and the type they get instead.
     let mut fallbacks = Vec::new();
@@ -546,6 +571,33 @@ pub fn run(mut a: QuantizeArgs) -> Result<()> {
         .collect();
     metadata.push(("general.quantization_version".into(), Value::U32(2)));
     metadata.push(("general.file_type".into(), Value::U32(preset.file_type)));
+    if let (Some(m), Some(path)) = (&imatrix, &a.imatrix) {
+        // llama-quantize's record of it (strings cut at 127 bytes, as its fixed buffers do).
+        let cut = |s: &str| -> String {
+            let mut end = s.len().min(127);
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            s[..end].to_string()
+        };
+        metadata.push((
+            "quantize.imatrix.file".into(),
+            Value::String(cut(&path.to_string_lossy())),
+        ));
+        if let Some(first) = m.datasets.first() {
+            metadata.push(("quantize.imatrix.dataset".into(), Value::String(cut(first))));
+        }
+        metadata.push((
+            "quantize.imatrix.entries_count".into(),
+            Value::U32(m.entries.len() as u32),
+        ));
+        if m.chunk_count > 0 {
+            metadata.push((
+                "quantize.imatrix.chunks_count".into(),
+                Value::U32(m.chunk_count),
+            ));
+        }
+    }
     let specs: Vec<SynTensor> = order
         .iter()
         .zip(&plans)
@@ -579,7 +631,11 @@ pub fn run(mut a: QuantizeArgs) -> Result<()> {
         if !plan.convert {
             return Ok(src.to_vec());
         }
-        convert(t, src, plan.dtype).map_err(|e| {
+        let importance = imatrix
+            .as_ref()
+            .and_then(|m| m.entries.get(&t.name))
+            .map(|entry| entry.importance());
+        convert(t, src, plan.dtype, importance.as_deref()).map_err(|e| {
             let msg = format!("{}: {e:#}", t.name);
             failure = Some(anyhow::anyhow!(msg.clone()));
             std::io::Error::other(msg)
@@ -650,9 +706,26 @@ pub fn run(mut a: QuantizeArgs) -> Result<()> {
 
 /// One tensor's bytes in `dtype`: dequantized to f32 and quantized again, rows in parallel
 /// (blocks never straddle rows, so the result is the same as in one piece).
-fn convert(t: &TensorInfo, src: &[u8], dtype: DType) -> Result<Vec<u8>> {
+fn convert(
+    t: &TensorInfo,
+    src: &[u8],
+    dtype: DType,
+    importance: Option<&[f32]>,
+) -> Result<Vec<u8>> {
     let cols = t.shape.dims().last().copied().unwrap_or(0);
     let rows = (t.elements() as usize).checked_div(cols).unwrap_or(0);
+    // Rows of one matrix: an expert's in a `[experts, rows, cols]` stack.
+    let dims = t.shape.dims();
+    let matrices = if dims.len() == 3 { dims[0].max(1) } else { 1 };
+    let rows_per_matrix = rows / matrices;
+    if let Some(imp) = importance {
+        if imp.len() != matrices * cols {
+            bail!(
+                "the importance matrix has {} values for {matrices} matrices of {cols} columns",
+                imp.len()
+            );
+        }
+    }
     let src_row = src.len().checked_div(rows).unwrap_or(0);
     let out_row = cols / dtype.block_len() * dtype.block_bytes();
     // Chunks of rows big enough to amortise the scheduling.
@@ -678,12 +751,20 @@ fn convert(t: &TensorInfo, src: &[u8], dtype: DType) -> Result<Vec<u8>> {
     };
     let parts: Vec<Result<Vec<u8>>> = src
         .par_chunks(src_row.max(1) * chunk)
-        .map(|rows_in| {
+        .enumerate()
+        .map(|(c, rows_in)| {
             let x = values(rows_in)?;
             let mut out = Vec::with_capacity(x.len() / cols.max(1) * out_row);
-            match tensor_scale {
-                Some(scale) => quantize_nvfp4_with_scale(&x, scale, &mut out)?,
-                None => quantize_weights(dtype, &x, &mut out)?,
+            match (tensor_scale, importance) {
+                (Some(scale), _) => quantize_nvfp4_with_scale(&x, scale, &mut out)?,
+                (None, Some(imp)) => {
+                    for (k, row) in x.chunks_exact(cols).enumerate() {
+                        let m = (c * chunk + k) / rows_per_matrix.max(1);
+                        let w = &imp[m * cols..(m + 1) * cols];
+                        quantize_weights_weighted(dtype, row, cols, w, &mut out)?;
+                    }
+                }
+                (None, None) => quantize_weights(dtype, &x, &mut out)?,
             }
             Ok(out)
         })

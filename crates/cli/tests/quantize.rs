@@ -254,6 +254,8 @@ fn bad_requests_are_one_line_errors() {
         .join("../../tests/fixtures/synthetic/llama-tiny.gguf");
     let (t, out) = (tiny.to_str().unwrap(), dir.join("out.gguf"));
     let o = out.to_str().unwrap();
+    let qwen_imatrix = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/imatrix/qwen2.5-coder-0.5b.imatrix.gguf");
     for (args, expect) in [
         (vec!["quantize", t, o, "--type", "iq2_xs"], "not a preset"),
         (
@@ -280,6 +282,46 @@ fn bad_requests_are_one_line_errors() {
         (
             vec!["quantize", "/nonexistent.gguf", o, "--type", "f16"],
             "nonexistent",
+        ),
+        (
+            vec![
+                "quantize",
+                t,
+                o,
+                "--type",
+                "q4_k_m",
+                "--allow-requantize",
+                "--imatrix",
+                t,
+            ],
+            "not an importance matrix",
+        ),
+        (
+            vec![
+                "quantize",
+                t,
+                o,
+                "--type",
+                "q4_k_m",
+                "--allow-requantize",
+                "--imatrix",
+                "/nonexistent.imatrix",
+            ],
+            "nonexistent.imatrix",
+        ),
+        (
+            // Another model's matrix: its columns do not fit.
+            vec![
+                "quantize",
+                t,
+                o,
+                "--type",
+                "q4_0",
+                "--allow-requantize",
+                "--imatrix",
+                qwen_imatrix.to_str().unwrap(),
+            ],
+            "the importance matrix has 896 values",
         ),
     ] {
         let r = synaptix(&args);
@@ -556,6 +598,184 @@ fn moe_presets_match_llama_quantize() {
         let out = dir.join(format!("{dtype}.gguf"));
         quantize(&input, &out, dtype, &[]);
         assert_eq!(sha256(&out), want, "{dtype}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An importance matrix for [`synthetic_moe`]'s matrices, of deterministic noise: every layer
+/// matrix, the experts' with one count per expert (expert 5 of each layer never reached, which
+/// makes its importance 1).
+fn synthetic_imatrix(path: &Path) {
+    use synaptix_bundle::imatrix::{Imatrix, ImatrixEntry};
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 40) as f32 / (1u64 << 24) as f32
+    };
+    let mut m = Imatrix {
+        datasets: vec!["synthetic.txt".into()],
+        chunk_count: 4,
+        chunk_size: 512,
+        ..Imatrix::default()
+    };
+    for i in 0..4 {
+        for (name, cols, n_mat) in [
+            ("attn_q", 256, 1),
+            ("attn_k", 256, 1),
+            ("attn_v", 256, 1),
+            ("attn_output", 256, 1),
+            ("ffn_gate_exps", 256, 8),
+            ("ffn_up_exps", 256, 8),
+            ("ffn_down_exps", 256, 8),
+        ] {
+            let counts: Vec<f32> = (0..n_mat)
+                .map(|e| if n_mat > 1 && e == 5 { 0.0 } else { 2048.0 })
+                .collect();
+            let sums = (0..cols * n_mat)
+                .map(|_| {
+                    let u = next();
+                    2048.0 * (0.05 + u * u * 4.0)
+                })
+                .collect();
+            m.entries.insert(
+                format!("blk.{i}.{name}.weight"),
+                ImatrixEntry { sums, counts },
+            );
+        }
+    }
+    m.write(path).unwrap();
+}
+
+/// `--imatrix`: llama-quantize's weighted quantizers (ggml's `quantize_row_*_impl`) for every
+/// type that has one, experts weighted by their own rows, and the file's record of the
+/// matrix (`quantize.imatrix.*`), byte for byte as llama-quantize `--imatrix` writes them (the
+/// same llama.cpp as above). The matrix's path is recorded as given, so both ran with
+/// `moe.imatrix.gguf` from the same directory.
+#[test]
+fn imatrix_quantization_matches_llama_quantize() {
+    let dir = scratch("imatrix");
+    let input = dir.join("moe-f16.gguf");
+    synthetic_moe(&input);
+    synthetic_imatrix(&dir.join("moe.imatrix.gguf"));
+    assert_eq!(
+        sha256(&dir.join("moe.imatrix.gguf")),
+        "54194b9752b9008a67be2a6d1f61a36580078eb0a70294294d6393bf3346a039",
+        "the synthetic matrix changed: the hashes below are for another file"
+    );
+    for (dtype, want) in [
+        (
+            "q4_k_m",
+            "af2120518b734504422de502365510578255ee07c88914a8c29ac7901a74e350",
+        ),
+        (
+            "q2_k",
+            "621e81a98a17a2e6be62731dddfca4c088bffa7eb768bf496625df564a79d6df",
+        ),
+        (
+            "q3_k_m",
+            "294f824aed7c737c9c302ca982cbfd308b3584edfb4879f9720f99685b6325e9",
+        ),
+        (
+            "q5_k_m",
+            "fd8c2e21d26b29f8afa3138379024bac2b6aef7265ec365780790e84863c3d2f",
+        ),
+        (
+            "q6_k",
+            "706b4f1999aa9c5d06a9b456ce2402adfaf2d43d793fb5b96a2502fb543d6096",
+        ),
+        (
+            "q4_0",
+            "e0fb2dbc7b87557cc2590ed2a02570e1d15a89cdd6b4e13f02a4aa784bafcf08",
+        ),
+        (
+            "q4_1",
+            "0f8272fba647b4647e207a3140977450f350be544851930cc9a6a5629cceea3c",
+        ),
+        (
+            "q5_0",
+            "d514527911676d312dcd38cf84d0841924dc1ce16c668d4ee49a2c8d6da8766d",
+        ),
+        (
+            "q5_1",
+            "312b3e3652bfba63ec874028a188dfb6c594deb9c31d16d1fc61129d249cc9a7",
+        ),
+    ] {
+        let out = format!("{dtype}.gguf");
+        let run = Command::new(env!("CARGO_BIN_EXE_synaptix"))
+            .current_dir(&dir)
+            .args([
+                "quantize",
+                "moe-f16.gguf",
+                &out,
+                "--type",
+                dtype,
+                "--imatrix",
+                "moe.imatrix.gguf",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "{dtype}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        assert_eq!(sha256(&dir.join(&out)), want, "{dtype}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The real Qwen2.5-Coder 0.5B with a real importance matrix: `llama-imatrix` on 8 chunks of
+/// 256 tokens of the tokenizer corpus and the README (tests/fixtures/imatrix). The F16 file
+/// written first is the input llama-quantize `--imatrix` was given; Q4_K_M and Q4_0 (whose
+/// first three FFN down projections become Q4_1 with a matrix) equal its files.
+#[test]
+fn qwen_with_a_llama_imatrix_matches_llama_quantize() {
+    let dir = scratch("qwen-imatrix");
+    let qwen = cache::models_dir().join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
+    let f16 = dir.join("qwen-f16.gguf");
+    quantize(&qwen, &f16, "f16", &["--allow-requantize"]);
+    assert_eq!(
+        sha256(&f16),
+        "effda79250f4c1d2f4b26ce88c2847581717938fb1ea7ccf577f8d6def15baa5"
+    );
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/imatrix/qwen2.5-coder-0.5b.imatrix.gguf"),
+        dir.join("qwen-imatrix.gguf"),
+    )
+    .unwrap();
+    for (dtype, want) in [
+        (
+            "q4_k_m",
+            "f03a31a997f6ff7e7039a2bfea77edd604c7038cacd4b42f89c32dab47772e13",
+        ),
+        (
+            "q4_0",
+            "c11eb8bc30bfef204845df2d4b084fb8bf374efd9c66a8373e21f478619d1d37",
+        ),
+    ] {
+        let out = format!("{dtype}.gguf");
+        let run = Command::new(env!("CARGO_BIN_EXE_synaptix"))
+            .current_dir(&dir)
+            .args([
+                "quantize",
+                "qwen-f16.gguf",
+                &out,
+                "--type",
+                dtype,
+                "--imatrix",
+                "qwen-imatrix.gguf",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            run.status.success(),
+            "{dtype}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        assert_eq!(sha256(&dir.join(&out)), want, "{dtype}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -26,7 +26,10 @@ pub use quant::{
     activation_dtype, dequantize, matmul, matmul_many, matmul_quantized, quantize_acts,
     quantize_weights, vec_dot, QuantizedActs, WeightView, QUANTIZE_TARGETS,
 };
-pub use quant::{finite_amax, nvfp4_tensor_scale, quantize_nvfp4_with_scale, symb4_encode_group};
+pub use quant::{
+    finite_amax, nvfp4_tensor_scale, quantize_nvfp4_with_scale, quantize_weights_weighted,
+    symb4_encode_group, uses_importance,
+};
 
 #[cfg(test)]
 pub(crate) mod testutil;

@@ -19,6 +19,7 @@
 //! bit-identical across paths and CPUs, and with ggml's portable build.
 
 pub(crate) mod float;
+mod importance;
 mod kquants;
 mod legacy;
 mod matmul;
@@ -28,6 +29,7 @@ mod sq;
 pub(crate) mod symb;
 mod weights;
 
+pub use importance::{quantize_weights_weighted, uses_importance};
 pub use symb::encode_group as symb4_encode_group;
 pub use weights::{
     finite_amax, nvfp4_tensor_scale, quantize_nvfp4_with_scale, quantize_weights, QUANTIZE_TARGETS,

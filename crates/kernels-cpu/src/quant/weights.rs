@@ -126,7 +126,7 @@ pub fn quantize_weights(dtype: DType, x: &[f32], out: &mut Vec<u8>) -> Result<()
     Ok(())
 }
 
-fn push_half(out: &mut Vec<u8>, v: f32) {
+pub(super) fn push_half(out: &mut Vec<u8>, v: f32) {
     out.extend_from_slice(&f32_to_f16(v).to_le_bytes());
 }
 
@@ -203,12 +203,12 @@ fn quants_affine<const BITS: u32>(x: &[f32]) -> (f32, f32, [u8; QK]) {
 }
 
 /// Nibbles: element j low, element j + 16 high.
-fn push_nibbles(out: &mut Vec<u8>, q: &[u8; QK]) {
+pub(super) fn push_nibbles(out: &mut Vec<u8>, q: &[u8; QK]) {
     out.extend((0..QK / 2).map(|j| (q[j] & 0x0f) | ((q[j + QK / 2] & 0x0f) << 4)));
 }
 
 /// The fifth bits: bit j of a little-endian u32 for element j.
-fn push_fifth_bits(out: &mut Vec<u8>, q: &[u8; QK]) {
+pub(super) fn push_fifth_bits(out: &mut Vec<u8>, q: &[u8; QK]) {
     let qh = q
         .iter()
         .enumerate()
@@ -245,12 +245,12 @@ fn block_q5_1(x: &[f32], out: &mut Vec<u8>) {
 }
 
 /// Elements per k-quant super-block.
-const QK_K: usize = 256;
+pub(super) const QK_K: usize = 256;
 /// ggml's GROUP_MAX_EPS: a sub-block whose values are all below it is all zero.
-const GROUP_MAX_EPS: f32 = 1e-15;
+pub(super) const GROUP_MAX_EPS: f32 = 1e-15;
 
 /// ggml's `nearest_int`: round half to even through the float adder (|v| < 2^22).
-fn nearest_int(v: f32) -> i32 {
+pub(super) fn nearest_int(v: f32) -> i32 {
     let bits = (v + 12_582_912.0).to_bits() as i32;
     (bits & 0x007f_ffff) - 0x0040_0000
 }
@@ -337,9 +337,14 @@ fn best_scale_min(
     (scale, -min)
 }
 
-/// ggml's `make_qx_quants` with `rmse_type` 1 and no importance weights (weights `x²`): signed
-/// quants `-nmax..nmax-1`, stored offset by `nmax`, for the best of 19 candidate steps.
-fn best_scale_symmetric(x: &[f32], nmax: i32, l_out: &mut [u8]) -> f32 {
+/// ggml's `make_qx_quants` with `rmse_type` 1 (weights `x²`, or the given importance weights):
+/// signed quants `-nmax..nmax-1`, stored offset by `nmax`, for the best of 19 candidate steps.
+pub(super) fn best_scale_symmetric(
+    x: &[f32],
+    nmax: i32,
+    weights: Option<&[f32]>,
+    l_out: &mut [u8],
+) -> f32 {
     let (mut amax, mut max) = (0f32, 0f32);
     for &v in x {
         if v.abs() > amax {
@@ -354,9 +359,12 @@ fn best_scale_symmetric(x: &[f32], nmax: i32, l_out: &mut [u8]) -> f32 {
     let quant = |iscale: f32, v: f32| nearest_int(iscale * v).clamp(-nmax, nmax - 1);
     let sums = |iscale: f32| {
         let (mut sumlx, mut suml2) = (0f32, 0f32);
-        for &v in x {
+        for (i, &v) in x.iter().enumerate() {
             let l = quant(iscale, v) as f32;
-            let w = v * v;
+            let w = match weights {
+                Some(w) => w[i],
+                None => v * v,
+            };
             sumlx += w * v * l;
             suml2 += w * l * l;
         }
@@ -445,7 +453,7 @@ fn best_scale_q3(x: &[f32], nmax: i32, l_out: &mut [u8]) -> f32 {
 }
 
 /// Four 2-bit quants per byte: elements j, j + 32, j + 64, j + 96 of each 128.
-fn push_crumbs(out: &mut Vec<u8>, l: &[u8; QK_K]) {
+pub(super) fn push_crumbs(out: &mut Vec<u8>, l: &[u8; QK_K]) {
     for h in 0..2 {
         for i in 0..32 {
             let b = &l[128 * h + i..];
@@ -550,6 +558,18 @@ fn super_block_q3_k(x: &[f32], out: &mut Vec<u8>) {
     } else {
         f32_to_f16(0.0)
     };
+    finish_q3_k(x, l, &packed, d_bits, out);
+}
+
+/// The rest of a Q3_K super-block from its packed 6-bit scales, `d` and the search's quants
+/// `l` (kept where a scale is 0).
+pub(super) fn finish_q3_k(
+    x: &[f32],
+    mut l: [u8; QK_K],
+    packed: &[u8; 12],
+    d_bits: u16,
+    out: &mut Vec<u8>,
+) {
     let d_all = f16_to_f32(d_bits);
     for j in 0..16 {
         let low = if j < 8 {
@@ -576,7 +596,7 @@ fn super_block_q3_k(x: &[f32], out: &mut Vec<u8>) {
     }
     out.extend_from_slice(&hmask);
     push_crumbs(out, &l);
-    out.extend_from_slice(&packed);
+    out.extend_from_slice(packed);
     out.extend_from_slice(&d_bits.to_le_bytes());
 }
 
@@ -640,6 +660,21 @@ fn super_block_q45_k<const BITS: u32>(x: &[f32], out: &mut Vec<u8>) {
     }
     let d_bits = f32_to_f16(max_scale / 63.0);
     let dmin_bits = f32_to_f16(max_min / 63.0);
+    finish_q45_k::<BITS>(x, l, &packed, d_bits, dmin_bits, out);
+}
+
+/// The rest of a Q4_K / Q5_K super-block from its packed scales and mins and `d`, `dmin`: the
+/// quants again from the stored values (sub-blocks whose scale is 0 keep the search's `l`),
+/// then the bytes.
+pub(super) fn finish_q45_k<const BITS: u32>(
+    x: &[f32],
+    mut l: [u8; QK_K],
+    packed: &[u8; 12],
+    d_bits: u16,
+    dmin_bits: u16,
+    out: &mut Vec<u8>,
+) {
+    let nmax = (1i32 << BITS) - 1;
     let (d_all, dmin_all) = (f16_to_f32(d_bits), f16_to_f32(dmin_bits));
     for j in 0..8 {
         let (sc, m) = if j < 4 {
@@ -661,7 +696,7 @@ fn super_block_q45_k<const BITS: u32>(x: &[f32], out: &mut Vec<u8>) {
     }
     out.extend_from_slice(&d_bits.to_le_bytes());
     out.extend_from_slice(&dmin_bits.to_le_bytes());
-    out.extend_from_slice(&packed);
+    out.extend_from_slice(packed);
     if BITS == 5 {
         // Bit 4 of element 64c + j goes to bit 2c of qh[j], of element 64c + 32 + j to 2c + 1.
         let mut qh = [0u8; 32];
@@ -686,8 +721,12 @@ fn super_block_q6_k(x: &[f32], out: &mut Vec<u8>) {
     let mut scales = [0f32; 16];
     let (mut max_scale, mut max_abs_scale) = (0f32, 0f32);
     for ib in 0..16 {
-        let scale =
-            best_scale_symmetric(&x[16 * ib..16 * ib + 16], 32, &mut l[16 * ib..16 * ib + 16]);
+        let scale = best_scale_symmetric(
+            &x[16 * ib..16 * ib + 16],
+            32,
+            None,
+            &mut l[16 * ib..16 * ib + 16],
+        );
         scales[ib] = scale;
         if scale.abs() > max_abs_scale {
             max_abs_scale = scale.abs();
@@ -698,6 +737,18 @@ fn super_block_q6_k(x: &[f32], out: &mut Vec<u8>) {
         out.extend_from_slice(&[0u8; 210]);
         return;
     }
+    finish_q6_k(x, l, &scales, max_scale, out);
+}
+
+/// The rest of a Q6_K super-block from its 16 sub-block scales (the one of largest magnitude
+/// `max_scale`, not 0) and the search's quants `l` (kept where a scale rounds to 0).
+pub(super) fn finish_q6_k(
+    x: &[f32],
+    mut l: [u8; QK_K],
+    scales: &[f32; 16],
+    max_scale: f32,
+    out: &mut Vec<u8>,
+) {
     let iscale = -128.0 / max_scale;
     let d_bits = f32_to_f16(1.0 / iscale);
     let d_all = f16_to_f32(d_bits);
