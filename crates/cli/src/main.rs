@@ -8,6 +8,7 @@ mod devices;
 mod dump;
 mod embed;
 mod http;
+mod imatrix;
 mod inspect;
 mod quantize;
 mod run;
@@ -60,6 +61,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Convert a GGUF file's weight matrices to another type (q8_0, q4_0, f16, ...)
     Quantize(quantize::QuantizeArgs),
+    /// Compute an importance matrix from a text, for quantize --imatrix (llama-imatrix's file)
+    Imatrix(imatrix::ImatrixArgs),
     /// Rewrite a model file in another container: GGUF to synaptix's .syn bundle and back
     Convert(convert::ConvertArgs),
     /// Turn speech into text with a Whisper model (WAV, FLAC, MP3 or Ogg in; timestamped segments out)
@@ -110,6 +113,7 @@ fn main() -> ExitCode {
         Command::Devices(a) => devices::run(a),
         Command::Serve(a) => serve::run(a),
         Command::Quantize(a) => quantize::run(a),
+        Command::Imatrix(a) => imatrix::run(a),
         Command::Convert(a) => convert::run(a),
         Command::Transcribe(a) => transcribe::run(a),
         Command::Embed(a) => embed::run(a),

@@ -146,7 +146,12 @@ impl<B: Backend> MoeMlp<B> {
                 gathered.extend_from_slice(&host_x[r * dim..(r + 1) * dim]);
             }
             let input = be.upload(gathered, mine.len(), dim)?;
-            let y = be.to_host(&expert.forward(be, &input, name, &mut crate::NoTap)?)?;
+            // Each expert's input and activation on their own when a tap wants them (importance
+            // statistics per expert matrix).
+            record(be, tap, name, &format!("ffn_moe_in.{e}"), &input)?;
+            let act = expert.activate(be, &input, name, &mut crate::NoTap)?;
+            record(be, tap, name, &format!("ffn_moe_act.{e}"), &act)?;
+            let y = be.to_host(&expert.down.forward(be, &act)?)?;
             for (i, &(r, w)) in mine.iter().enumerate() {
                 for (o, v) in out[r * dim..(r + 1) * dim]
                     .iter_mut()
@@ -157,7 +162,9 @@ impl<B: Backend> MoeMlp<B> {
             }
         }
         if let Some((mlp, gate)) = &self.shared {
-            let y = be.to_host(&mlp.forward(be, x, name, &mut crate::NoTap)?)?;
+            let act = mlp.activate(be, x, name, &mut crate::NoTap)?;
+            record(be, tap, name, "ffn_shexp_act", &act)?;
+            let y = be.to_host(&mlp.down.forward(be, &act)?)?;
             for r in 0..rows {
                 let xr = &host_x[r * dim..(r + 1) * dim];
                 let g: f32 = xr.iter().zip(gate).map(|(a, b)| a * b).sum();

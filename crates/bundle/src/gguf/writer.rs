@@ -150,7 +150,7 @@ impl GgufWriter {
             out.extend_from_slice(&t.dtype.gguf_id().to_le_bytes());
             out.extend_from_slice(&off.to_le_bytes());
         }
-        // Data starts aligned; each tensor but the last is padded so the next starts aligned.
+        // Data starts aligned; each tensor is padded so the next starts aligned.
         if !self.tensors.is_empty() {
             pad_to(&mut out, align);
         }
@@ -175,11 +175,11 @@ impl GgufWriter {
             };
             w.write_all(data)?;
             written += t.len;
-            if i + 1 < self.tensors.len() {
-                let padded = written.div_ceil(align) * align;
-                w.write_all(&vec![0u8; (padded - written) as usize])?;
-                written = padded;
-            }
+            // Every tensor is padded, the last one too: ggml's reader reads the data section as
+            // the sum of the padded sizes (llama.cpp's and gguf-py's writers pad them all).
+            let padded = written.div_ceil(align) * align;
+            w.write_all(&vec![0u8; (padded - written) as usize])?;
+            written = padded;
         }
         Ok(())
     }
