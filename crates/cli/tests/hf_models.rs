@@ -6,39 +6,10 @@
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::{fails, synaptix, Scratch};
+use common::{fails, fixtures, greedy_run as greedy, ids as json_ids, p, synaptix, Scratch};
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/hf")
-        .join(name)
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
-fn json_ids(v: &serde_json::Value) -> Vec<u64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap())
-        .collect()
-}
-
-/// `run --json` greedy: (prompt ids, generated ids).
-fn greedy(model: &str, prompt: &str, n: usize) -> (Vec<u64>, Vec<u64>) {
-    let n = n.to_string();
-    let out = synaptix(&[
-        "run", model, prompt, "-n", &n, "--temp", "0", "--json", "--device", "cpu",
-    ]);
-    assert!(
-        out.status.success(),
-        "run {model}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    (json_ids(&v["prompt_tokens"]), json_ids(&v["tokens"]))
+    fixtures("hf").join(name)
 }
 
 fn golden(name: &str) -> Vec<(String, Vec<u64>, Vec<u64>)> {

@@ -30,6 +30,21 @@ fn scratch(tag: &str) -> PathBuf {
     dir
 }
 
+/// `synaptix ARGS` run in `dir` (llama-quantize records an importance matrix's path as given,
+/// so the tests give relative ones); it must succeed.
+fn synaptix_in(dir: &Path, args: &[&str]) {
+    let run = Command::new(env!("CARGO_BIN_EXE_synaptix"))
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("synaptix runs");
+    assert!(
+        run.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
 /// `synaptix quantize INPUT OUTPUT --type DTYPE` plus `extra` flags; it must succeed.
 fn quantize(input: &Path, output: &Path, dtype: &str, extra: &[&str]) {
     let (i, o) = (input.to_str().unwrap(), output.to_str().unwrap());
@@ -735,23 +750,10 @@ fn imatrix_quantization_matches_llama_quantize() {
         ),
     ] {
         let out = format!("{dtype}.gguf");
-        let run = Command::new(env!("CARGO_BIN_EXE_synaptix"))
-            .current_dir(&dir)
-            .args([
-                "quantize",
-                "moe-f16.gguf",
-                &out,
-                "--type",
-                dtype,
-                "--imatrix",
-                "moe.imatrix.gguf",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            run.status.success(),
-            "{dtype}: {}",
-            String::from_utf8_lossy(&run.stderr)
+        let args = ["quantize", "moe-f16.gguf", &out, "--type", dtype];
+        synaptix_in(
+            &dir,
+            &[&args[..], &["--imatrix", "moe.imatrix.gguf"]].concat(),
         );
         assert_eq!(sha256(&dir.join(&out)), want, "{dtype}");
     }
@@ -789,23 +791,10 @@ fn qwen_with_a_llama_imatrix_matches_llama_quantize() {
         ),
     ] {
         let out = format!("{dtype}.gguf");
-        let run = Command::new(env!("CARGO_BIN_EXE_synaptix"))
-            .current_dir(&dir)
-            .args([
-                "quantize",
-                "qwen-f16.gguf",
-                &out,
-                "--type",
-                dtype,
-                "--imatrix",
-                "qwen-imatrix.gguf",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            run.status.success(),
-            "{dtype}: {}",
-            String::from_utf8_lossy(&run.stderr)
+        let args = ["quantize", "qwen-f16.gguf", &out, "--type", dtype];
+        synaptix_in(
+            &dir,
+            &[&args[..], &["--imatrix", "qwen-imatrix.gguf"]].concat(),
         );
         assert_eq!(sha256(&dir.join(&out)), want, "{dtype}");
     }

@@ -7,25 +7,7 @@
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::{fails, synaptix, Scratch};
-
-fn fixtures(kind: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures")
-        .join(kind)
-}
-
-fn p(path: &Path) -> &str {
-    path.to_str().unwrap()
-}
-
-fn json_ids(v: &serde_json::Value) -> Vec<u64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap())
-        .collect()
-}
+use common::{fails, fixtures, greedy_run, ids as json_ids, p, synaptix, Scratch};
 
 fn read_json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
@@ -33,17 +15,7 @@ fn read_json(path: &Path) -> serde_json::Value {
 
 /// `run --json` greedy tokens of `model` after `prompt`.
 fn greedy(model: &str, prompt: &str, n: usize) -> Vec<u64> {
-    let n = n.to_string();
-    let out = synaptix(&[
-        "run", model, prompt, "-n", &n, "--temp", "0", "--json", "--device", "cpu",
-    ]);
-    assert!(
-        out.status.success(),
-        "run {model}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    json_ids(&v["tokens"])
+    greedy_run(model, prompt, n).1
 }
 
 /// Every file under `dir`, relative to it.

@@ -108,3 +108,24 @@ pub fn golden(name: &str) -> (String, Vec<u64>, Vec<u64>) {
         ids(&p["generated"]),
     )
 }
+
+/// `tests/fixtures/<kind>` of the workspace.
+pub fn fixtures(kind: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures")
+        .join(kind)
+}
+
+/// A path as the `&str` an argument list takes.
+pub fn p(path: &std::path::Path) -> &str {
+    path.to_str().expect("a UTF-8 path")
+}
+
+/// `run --json` greedy on the CPU: (prompt ids, generated ids).
+pub fn greedy_run(model: &str, prompt: &str, n: usize) -> (Vec<u64>, Vec<u64>) {
+    let n = n.to_string();
+    let v = json_ok(&[
+        "run", model, prompt, "-n", &n, "--temp", "0", "--json", "--device", "cpu",
+    ]);
+    (ids(&v["prompt_tokens"]), ids(&v["tokens"]))
+}

@@ -3,8 +3,9 @@
 //! `quantize_row_*_impl`, which llama-quantize runs when it has such weights, byte for byte:
 //! each value's error counts `w_j · sqrt(σ² + x_j²)` (`σ²` a mean square of the block's or
 //! row's values; for Q6_K the importance alone), the scales are searched under that weighting
-//! (`make_qx_quants`, `make_qkx3_quants`, and `make_qp_quants` for the k-quants' scales of
-//! scales), and the quants are chosen again from the stored scales.
+//! (`make_qx_quants`; `make_qkx3_quants`, which with weights is the search of
+//! `make_qkx2_quants` that the unweighted quantizers use; and `make_qp_quants` for the
+//! k-quants' scales of scales), and the quants are chosen again from the stored scales.
 //!
 //! Types without such a quantizer (Q8_0, floats, synaptix's own) ignore the weights, as ggml
 //! does.
@@ -13,92 +14,11 @@ use synaptix_core::{DType, Error, Result};
 
 use super::float::f32_to_f16;
 use super::weights::{
-    best_scale_symmetric, finish_q3_k, finish_q45_k, finish_q6_k, nearest_int, push_crumbs,
-    push_fifth_bits, push_half, push_nibbles, quantize_weights, GROUP_MAX_EPS, QK_K,
+    best_scale_min, best_scale_symmetric, finish_q3_k, finish_q45_k, finish_q6_k, nearest_int,
+    push_crumbs, push_fifth_bits, push_half, push_nibbles, quantize_weights, GROUP_MAX_EPS, QK_K,
 };
 
 const QK: usize = 32;
-
-/// ggml's `make_qkx3_quants`: quants `0..=nmax` with a minimum, weighted by `weights`, the
-/// step tried at `nstep + 1` candidates. Returns (scale, minimum as a positive offset).
-#[allow(clippy::too_many_arguments)]
-fn scale_min_weighted(
-    x: &[f32],
-    weights: &[f32],
-    nmax: i32,
-    rmin: f32,
-    rdelta: f32,
-    nstep: i32,
-    l_out: &mut [u8],
-) -> (f32, f32) {
-    let n = x.len();
-    let (mut min, mut max) = (x[0], x[0]);
-    let mut sum_w = weights[0];
-    let mut sum_x = sum_w * x[0];
-    for i in 1..n {
-        if x[i] < min {
-            min = x[i];
-        }
-        if x[i] > max {
-            max = x[i];
-        }
-        sum_w += weights[i];
-        sum_x += weights[i] * x[i];
-    }
-    if min > 0.0 {
-        min = 0.0;
-    }
-    if max <= min {
-        l_out[..n].fill(0);
-        return (0.0, -min);
-    }
-    let mut iscale = nmax as f32 / (max - min);
-    let mut scale = 1.0 / iscale;
-    let mut best = 0f32;
-    for i in 0..n {
-        let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-        l_out[i] = l as u8;
-        let diff = scale * l as f32 + min - x[i];
-        best += weights[i] * (diff * diff);
-    }
-    if nstep < 1 {
-        return (scale, -min);
-    }
-    let mut aux = [0u8; QK];
-    for is in 0..=nstep {
-        iscale = (rmin + rdelta * is as f32 + nmax as f32) / (max - min);
-        let (mut sum_l, mut sum_l2, mut sum_xl) = (0f32, 0f32, 0f32);
-        for i in 0..n {
-            let l = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-            aux[i] = l as u8;
-            let (w, lf) = (weights[i], l as f32);
-            sum_l += w * lf;
-            sum_l2 += w * lf * lf;
-            sum_xl += w * lf * x[i];
-        }
-        let d = sum_w * sum_l2 - sum_l * sum_l;
-        if d > 0.0 {
-            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / d;
-            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / d;
-            if this_min > 0.0 {
-                this_min = 0.0;
-                this_scale = sum_xl / sum_l2;
-            }
-            let mut err = 0f32;
-            for i in 0..n {
-                let diff = this_scale * aux[i] as f32 + this_min - x[i];
-                err += weights[i] * (diff * diff);
-            }
-            if err < best {
-                l_out[..n].copy_from_slice(&aux[..n]);
-                best = err;
-                scale = this_scale;
-                min = this_min;
-            }
-        }
-    }
-    (scale, -min)
-}
 
 /// ggml's `make_qp_quants`: non-negative `x` (scales or minimums) as `scale · L` with `L` in
 /// `0..=nmax`, weighted, refined by moving single quants. `l_out` holds C's `uint8_t` quants.
@@ -215,7 +135,7 @@ fn row_affine<const BITS: u32>(x: &[f32], importance: &[f32], out: &mut Vec<u8>)
         let mut w = [0f32; QK];
         error_weights(xb, qw, sigma2, &mut w);
         let mut l = [0u8; QK];
-        let (d, min) = scale_min_weighted(xb, &w, nmax, -0.9, 0.05, 36, &mut l);
+        let (d, min) = best_scale_min(xb, &w, nmax, -0.9, 0.05, 36, false, &mut l);
         push_half(out, d);
         push_half(out, -min);
         if BITS == 5 {
@@ -237,8 +157,17 @@ fn super_block_q2_k(x: &[f32], importance: &[f32], out: &mut Vec<u8>) {
         for &v in &w {
             sw[j] += v;
         }
-        let (scale, min) =
-            scale_min_weighted(xs, &w, 3, -0.9, 0.05, 36, &mut l[16 * j..16 * j + 16]);
+        // make_qkx3_quants with weights is make_qkx2_quants' search.
+        let (scale, min) = best_scale_min(
+            xs,
+            &w,
+            3,
+            -0.9,
+            0.05,
+            36,
+            false,
+            &mut l[16 * j..16 * j + 16],
+        );
         scales[j] = scale;
         mins[j] = min;
     }
@@ -316,8 +245,16 @@ fn super_block_q45_k<const BITS: u32>(x: &[f32], importance: &[f32], out: &mut V
             sumw += v;
         }
         sw[j] = sumw;
-        let (scale, min) =
-            scale_min_weighted(xs, &w, nmax, -0.9, 0.05, 36, &mut l[32 * j..32 * j + 32]);
+        let (scale, min) = best_scale_min(
+            xs,
+            &w,
+            nmax,
+            -0.9,
+            0.05,
+            36,
+            false,
+            &mut l[32 * j..32 * j + 32],
+        );
         scales[j] = scale;
         mins[j] = min;
     }

@@ -259,7 +259,7 @@ pub(super) fn nearest_int(v: f32) -> i32 {
 /// `weights`-weighted squared error (absolute error with `mad`), trying `nstep + 1` candidate
 /// steps around `nmax / range`. Returns (scale, the minimum as a positive offset `-min`).
 #[allow(clippy::too_many_arguments)]
-fn best_scale_min(
+pub(super) fn best_scale_min(
     x: &[f32],
     weights: &[f32],
     nmax: i32,
