@@ -79,7 +79,8 @@ pub fn run(mut a: BenchArgs) -> Result<()> {
         bail!("--repetitions must be at least 1");
     }
     let threads = crate::threads::init(a.threads)?;
-    let (device, notice) = crate::device::resolve(&a.device)?;
+    let (device, notice) =
+        crate::device::resolve_for_model(&a.device, std::path::Path::new(&a.model))?;
     let engine = Engine::load(&a.model, device)?;
     if let Some(n) = notice {
         eprintln!("{n}");

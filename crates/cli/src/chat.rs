@@ -107,7 +107,8 @@ pub fn run(mut a: ChatArgs) -> Result<()> {
         ),
         None => None,
     };
-    let (device, notice) = crate::device::resolve(&a.device)?;
+    let (device, notice) =
+        crate::device::resolve_for_model(&a.device, std::path::Path::new(&a.model))?;
     let engine = Engine::load(&a.model, device)?;
     if let Some(n) = notice {
         eprintln!("{n}");

@@ -30,6 +30,27 @@ pub fn resolve(arg: &str) -> Result<(Device, Option<String>)> {
     Ok((device, None))
 }
 
+/// [`resolve`] for a model: `auto` also falls back to the CPU, with a notice, for a model
+/// that only the CPU runs (mixture-of-experts layers, synaptix's own weight types). Models
+/// that do not open are left for the loader to report.
+pub fn resolve_for_model(arg: &str, model: &std::path::Path) -> Result<(Device, Option<String>)> {
+    let (device, notice) = resolve(arg)?;
+    if arg != "auto" || device == Device::Cpu {
+        return Ok((device, notice));
+    }
+    let path = synaptix_bundle::cache::resolve_model(&model.to_string_lossy());
+    let why = synaptix_models::open_model_file(&path)
+        .ok()
+        .and_then(|f| synaptix_models::cpu_only_reason(&f));
+    Ok(match why {
+        Some(why) => (
+            Device::Cpu,
+            Some(format!("note: {why}; running on the CPU")),
+        ),
+        None => (device, notice),
+    })
+}
+
 /// Checks `--device` for a model that runs on the CPU only (`what` names it in the message):
 /// `auto` and `cpu` pass, `cuda` and `cuda:N` are an error saying so, anything else is the
 /// parse error.

@@ -183,6 +183,29 @@ pub trait CausalLm: Send + Sync {
     }
 }
 
+/// Why the model a file describes runs on the CPU only, if it does: mixture-of-experts layers
+/// (their routing runs on the host) or weights in a type only the CPU kernels execute.
+pub fn cpu_only_reason(file: &GgufFile) -> Option<String> {
+    let arch = file.get_str("general.architecture").ok().flatten()?;
+    let experts = file
+        .get_u64(&format!("{arch}.expert_count"))
+        .ok()
+        .flatten()
+        .unwrap_or(0);
+    if experts > 0 {
+        return Some("mixture-of-experts layers run on the CPU only so far".into());
+    }
+    file.tensors()
+        .iter()
+        .find(|t| synaptix_nn::cpu_only(t.dtype))
+        .map(|t| {
+            format!(
+                "{} weights ({}) run on the CPU only so far",
+                t.dtype, t.name
+            )
+        })
+}
+
 /// Loads the model a GGUF file describes onto the CPU.
 pub fn load(file: Arc<GgufFile>) -> Result<Box<dyn CausalLm>> {
     load_on(file, Device::Cpu)
@@ -209,11 +232,10 @@ pub fn load_on(file: Arc<GgufFile>, device: Device) -> Result<Box<dyn CausalLm>>
         architecture: arch.clone(),
     };
     let vb = VarBuilder::new(file.clone() as Arc<dyn TensorSource>);
-    if info.hparams.n_expert > 0 && matches!(device, Device::Cuda(_)) {
+    if let (Device::Cuda(_), Some(why)) = (device, cpu_only_reason(&file)) {
         return Err(ModelError::BadHyperParameters {
             path,
-            problem: "mixture-of-experts layers run on the CPU only so far (use --device cpu)"
-                .into(),
+            problem: format!("{why} (use --device cpu)"),
         });
     }
     match device {

@@ -32,3 +32,19 @@ fn qwen3moe_matches_transformers() {
 fn qwen2moe_matches_transformers() {
     check("qwen2moe-tiny", "qwen2moe", 1e-4);
 }
+
+/// What keeps a model off the GPU, for `--device auto`'s fallback and `--device cuda`'s error.
+#[test]
+fn cpu_only_models_say_why() {
+    let open = |kind: &str, name: &str| {
+        synaptix_models::open_model_file(&fixtures(kind).join(name)).unwrap()
+    };
+    let moe = synaptix_models::cpu_only_reason(&open("moe", "qwen3moe-tiny.gguf")).unwrap();
+    assert!(moe.contains("mixture-of-experts"), "{moe}");
+    let symb = synaptix_models::cpu_only_reason(&open("symb", "mistral-tiny-int4")).unwrap();
+    assert!(symb.starts_with("symb4 weights"), "{symb}");
+    assert_eq!(
+        synaptix_models::cpu_only_reason(&open("hf", "qwen2-tiny")),
+        None
+    );
+}

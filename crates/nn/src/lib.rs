@@ -37,7 +37,7 @@ pub use cuda::CudaBackend;
 pub use embedding::Embedding;
 pub use error::{NnError, Result};
 pub use kv::KvCache;
-pub use linear::Linear;
+pub use linear::{cpu_only, Linear};
 pub use mlp::{Activation, GatedMlp};
 pub use moe::MoeMlp;
 pub use norm::RmsNorm;

@@ -13,7 +13,7 @@ pub(crate) fn executable(dtype: DType) -> bool {
 
 /// Weight formats only the CPU kernels execute so far (synaptix's own MXFP8, NVFP4, SQ1 .. SQ8,
 /// SYMB4).
-pub(crate) fn cpu_only(dtype: DType) -> bool {
+pub fn cpu_only(dtype: DType) -> bool {
     matches!(dtype, DType::MXFP8 | DType::NVFP4 | DType::SYMB4) || dtype.sq_bits().is_some()
 }
 
