@@ -1,7 +1,7 @@
 //! Deterministic random data for unit tests.
 
 /// Every weight type with a dot-product kernel: the SIMD paths are checked against scalar for each.
-pub(crate) const DOT_TYPES: [DType; 24] = [
+pub(crate) const DOT_TYPES: [DType; 26] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -26,6 +26,8 @@ pub(crate) const DOT_TYPES: [DType; 24] = [
     DType::SQ7,
     DType::SQ8,
     DType::SYMB4,
+    DType::IQ4NL,
+    DType::IQ4XS,
 ];
 
 /// SplitMix64.
@@ -69,7 +71,7 @@ use synaptix_core::DType;
 /// Byte offsets of the half-precision scale fields in a block of `dtype`.
 pub(crate) fn scale_offsets(dtype: DType) -> &'static [usize] {
     match dtype {
-        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4NL | DType::IQ4XS => &[0],
         DType::Q4_1 | DType::Q5_1 | DType::Q4K | DType::Q5K => &[0, 2],
         d if d.sq_bits().is_some() => &[0, 2],
         DType::Q2K => &[80, 82],

@@ -386,3 +386,22 @@ fn check_block_dots(dtype: DType, bytes: &[u8], values: &[f32], blocks: &[usize]
         }
     }
 }
+
+/// IQ4_NL and IQ4_XS (scripts/reference/make_iq4_fixtures.py): random blocks dequantize bit for
+/// bit as gguf-py's `dequantize` does.
+#[test]
+fn iq4_dequantize_is_bit_exact_with_gguf_py() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/quant");
+    for (name, dtype) in [("iq4_nl", DType::IQ4NL), ("iq4_xs", DType::IQ4XS)] {
+        let src = std::fs::read(dir.join(format!("{name}.bin"))).unwrap();
+        let want = words(&std::fs::read(dir.join(format!("{name}.f32"))).unwrap());
+        assert_eq!(
+            want.len(),
+            src.len() / dtype.block_bytes() * dtype.block_len()
+        );
+        let mut got = vec![0f32; want.len()];
+        dequantize(dtype, &src, &mut got).unwrap();
+        let bad = mismatches(&bits(&got), &want);
+        assert!(bad.is_empty(), "{dtype}: {bad:?}");
+    }
+}

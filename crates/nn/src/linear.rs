@@ -12,9 +12,12 @@ pub(crate) fn executable(dtype: DType) -> bool {
 }
 
 /// Weight formats only the CPU kernels execute so far (synaptix's own MXFP8, NVFP4, SQ1 .. SQ8,
-/// SYMB4).
+/// SYMB4; ggml's IQ4_NL and IQ4_XS).
 pub fn cpu_only(dtype: DType) -> bool {
-    matches!(dtype, DType::MXFP8 | DType::NVFP4 | DType::SYMB4) || dtype.sq_bits().is_some()
+    matches!(
+        dtype,
+        DType::MXFP8 | DType::NVFP4 | DType::SYMB4 | DType::IQ4NL | DType::IQ4XS
+    ) || dtype.sq_bits().is_some()
 }
 
 /// Formats some backend executes: the loaders check these, each backend's `matrix` its own.

@@ -11,15 +11,16 @@
 //! | F32, MXFP8, NVFP4, SQ1 .. SQ8, SYMB4 | F32 |
 //! | F16 | F16 (values rounded to half) |
 //! | BF16 | BF16 (values rounded to bfloat16) |
-//! | Q4_0, Q5_0, Q8_0 | Q8_0 |
+//! | Q4_0, Q5_0, Q8_0, IQ4_NL | Q8_0 |
 //! | Q4_1, Q5_1 | Q8_1 |
-//! | Q2_K, Q3_K, Q4_K, Q5_K, Q6_K | Q8_K |
+//! | Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS | Q8_K |
 //!
 //! Every kernel path (scalar, AVX2, AVX-512, NEON) quantizes and sums in that order, so results are
 //! bit-identical across paths and CPUs, and with ggml's portable build.
 
 pub(crate) mod float;
 mod importance;
+pub(crate) mod iquants;
 mod kquants;
 mod legacy;
 mod matmul;
@@ -96,6 +97,8 @@ pub fn dequantize(dtype: DType, src: &[u8], dst: &mut [f32]) -> Result<()> {
         DType::SQ7 => sq::dequantize_sq7,
         DType::SQ8 => sq::dequantize_sq8,
         DType::SYMB4 => symb::dequantize_symb4,
+        DType::IQ4NL => iquants::dequantize_iq4_nl,
+        DType::IQ4XS => iquants::dequantize_iq4_xs,
         _ => return Err(Error::UnsupportedDType { op: OP, dtype }),
     };
     check_len(OP, dtype, src.len(), dst.len())?;
@@ -109,7 +112,8 @@ pub fn activation_dtype(weight: DType) -> Result<DType> {
         DType::F32 | DType::F16 | DType::BF16 => weight,
         DType::MXFP8 | DType::NVFP4 | DType::SYMB4 => DType::F32,
         d if d.sq_bits().is_some() => DType::F32,
-        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => DType::Q8_0,
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4NL => DType::Q8_0,
+        DType::IQ4XS => DType::Q8K,
         DType::Q4_1 | DType::Q5_1 => DType::Q8_1,
         DType::Q2K | DType::Q3K | DType::Q4K | DType::Q5K | DType::Q6K => DType::Q8K,
         _ => {
@@ -390,6 +394,8 @@ fn scalar_kernel(weight_dtype: DType) -> Option<DotFn> {
         DType::SQ7 => sq::dot_sq7,
         DType::SQ8 => sq::dot_sq8,
         DType::SYMB4 => symb::dot_symb4,
+        DType::IQ4NL => iquants::dot_iq4_nl,
+        DType::IQ4XS => iquants::dot_iq4_xs,
         _ => return None,
     })
 }

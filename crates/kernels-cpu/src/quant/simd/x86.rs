@@ -74,6 +74,8 @@ pub(crate) fn kernels(dtype: DType, path: Path) -> (Option<DotFn>, Option<BlockF
         (_, DType::MXFP8) => (mxfp8_avx2, mxfp8_block_avx2),
         (_, DType::NVFP4) => (nvfp4_avx2, nvfp4_block_avx2),
         (_, DType::SYMB4) => (symb4_avx2, symb4_block_avx2),
+        (_, DType::IQ4NL) => (iq4_nl_avx2, iq4_nl_block_avx2),
+        (_, DType::IQ4XS) => (iq4_xs_avx2, iq4_xs_block_avx2),
         (_, DType::SQ1) => (sq1_avx2, sq1_block_avx2),
         (_, DType::SQ2) => (sq2_avx2, sq2_block_avx2),
         (_, DType::SQ3) => (sq3_avx2, sq3_block_avx2),
@@ -2388,6 +2390,136 @@ unsafe fn symb4_block(
 }
 
 float_acts_entries!(symb4_avx2, symb4_block_avx2, symb4_block);
+
+// ---------------------------------------------------------------------------------------------
+// IQ4_NL / IQ4_XS (`quant::iquants`): a 32-code block becomes its 32 table values by `pshufb`
+// from the 16-entry table, the signed products with the int8 activations by `maddubs` of
+// |w| with a·sign(w) (|w| ≤ 127, so no pair saturates), summed exactly to one i32; the float
+// terms are the scalar kernel's, in block order.
+
+/// One block's 32 table values as (|w|, w) for `maddubs`.
+#[inline(always)]
+unsafe fn iq4_weights(table: __m128i, codes: *const u8) -> (__m256i, __m256i) {
+    let q = _mm_loadu_si128(codes as *const __m128i);
+    let nib = _mm_set1_epi8(0x0f);
+    let lo = _mm_shuffle_epi8(table, _mm_and_si128(q, nib));
+    let hi = _mm_shuffle_epi8(table, _mm_and_si128(_mm_srli_epi16(q, 4), nib));
+    let w = _mm256_set_m128i(hi, lo);
+    (_mm256_sign_epi8(w, w), w)
+}
+
+/// Σ a_j · w_j of one block from [`iq4_weights`] and 32 activations at `a`.
+#[inline(always)]
+unsafe fn iq4_block_sum((abs_w, w): (__m256i, __m256i), a: *const i8) -> i32 {
+    let av = _mm256_loadu_si256(a as *const __m256i);
+    let p = _mm256_maddubs_epi16(abs_w, _mm256_sign_epi8(av, w));
+    hsum_i32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)))
+}
+
+#[inline(always)]
+unsafe fn iq4_table() -> __m128i {
+    use crate::quant::iquants::IQ4NL_VALUES;
+    _mm_loadu_si128(IQ4NL_VALUES.as_ptr() as *const __m128i)
+}
+
+/// Both IQ4 types: each row's blocks decoded once for a group of up to [`MAX_ACTS`] activation
+/// rows; `XS` selects IQ4_XS's super-blocks of eight scaled sub-blocks.
+#[inline(always)]
+unsafe fn iq4_block<const XS: bool>(
+    w: &[u8],
+    row_bytes: usize,
+    nrows: usize,
+    acts: &[QuantizedActs],
+    out: &mut [f32],
+    stride: usize,
+) {
+    use crate::quant::iquants::{iq4_xs_scale, IQ4NL_BYTES, IQ4XS_BYTES};
+    let table = iq4_table();
+    let bb = if XS { IQ4XS_BYTES } else { IQ4NL_BYTES };
+    let nb = row_bytes / bb;
+    if let [a] = acts {
+        // One activation row (decode): the running sum stays in a register.
+        for j in 0..nrows {
+            let row = &w[j * row_bytes..(j + 1) * row_bytes];
+            let mut sum = 0f32;
+            for b in 0..nb {
+                let blk = &row[b * bb..(b + 1) * bb];
+                let dw = read_f16(blk, 0);
+                if XS {
+                    let d4d8 = dw * a.d[b];
+                    for ib in 0..QK_K / QK {
+                        let ws = iq4_weights(table, blk.as_ptr().add(8 + 16 * ib));
+                        let isum = iq4_block_sum(ws, a.qs.as_ptr().add(QK_K * b + QK * ib));
+                        sum += (d4d8 * iq4_xs_scale(blk, ib) as f32) * isum as f32;
+                    }
+                } else {
+                    let ws = iq4_weights(table, blk.as_ptr().add(2));
+                    let isum = iq4_block_sum(ws, a.qs.as_ptr().add(QK * b));
+                    sum += (a.d[b] * dw) * isum as f32;
+                }
+            }
+            out[j * stride] = sum;
+        }
+        return;
+    }
+    let mut sums = [0f32; MAX_ACTS];
+    for j in 0..nrows {
+        let row = &w[j * row_bytes..(j + 1) * row_bytes];
+        for (g, group) in acts.chunks(MAX_ACTS).enumerate() {
+            sums[..group.len()].fill(0.0);
+            for b in 0..nb {
+                let blk = &row[b * bb..(b + 1) * bb];
+                let dw = read_f16(blk, 0);
+                if XS {
+                    for ib in 0..QK_K / QK {
+                        let ws = iq4_weights(table, blk.as_ptr().add(8 + 16 * ib));
+                        let ls = iq4_xs_scale(blk, ib) as f32;
+                        for (s, a) in sums.iter_mut().zip(group) {
+                            let isum = iq4_block_sum(ws, a.qs.as_ptr().add(QK_K * b + QK * ib));
+                            *s += (dw * a.d[b] * ls) * isum as f32;
+                        }
+                    }
+                } else {
+                    let ws = iq4_weights(table, blk.as_ptr().add(2));
+                    for (s, a) in sums.iter_mut().zip(group) {
+                        let isum = iq4_block_sum(ws, a.qs.as_ptr().add(QK * b));
+                        *s += (a.d[b] * dw) * isum as f32;
+                    }
+                }
+            }
+            for (i, s) in sums[..group.len()].iter().enumerate() {
+                out[j * stride + g * MAX_ACTS + i] = *s;
+            }
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn iq4_nl_block(
+    w: &[u8],
+    row_bytes: usize,
+    nrows: usize,
+    acts: &[QuantizedActs],
+    out: &mut [f32],
+    stride: usize,
+) {
+    iq4_block::<false>(w, row_bytes, nrows, acts, out, stride)
+}
+
+#[inline(always)]
+unsafe fn iq4_xs_block(
+    w: &[u8],
+    row_bytes: usize,
+    nrows: usize,
+    acts: &[QuantizedActs],
+    out: &mut [f32],
+    stride: usize,
+) {
+    iq4_block::<true>(w, row_bytes, nrows, acts, out, stride)
+}
+
+float_acts_entries!(iq4_nl_avx2, iq4_nl_block_avx2, iq4_nl_block);
+float_acts_entries!(iq4_xs_avx2, iq4_xs_block_avx2, iq4_xs_block);
 
 // ---------------------------------------------------------------------------------------------
 // SQ1 .. SQ8 (synaptix's own types, `quant::sq`): the scalar kernel's lane sums (`Σ q·x` and
