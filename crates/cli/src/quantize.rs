@@ -30,7 +30,7 @@ use synaptix_kernels_cpu::{
 #[command(
     after_help = "Presets (llama-quantize's): f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k,\n\
     q3_k_s, q3_k_m (or q3_k), q3_k_l, q4_k_s, q4_k_m (or q4_k), q5_k_s, q5_k_m (or q5_k),\n\
-    q6_k.\n\
+    q6_k, iq4_nl, iq4_xs.\n\
     synaptix's own (written only to .syn bundles): mxfp8 (OCP MXFP8: E4M3 values, an E8M0 scale\n\
     per 32), nvfp4 (E2M1 values, an E4M3 scale per 16, an FP32 scale per tensor), sq1 .. sq8\n\
     (b-bit codes as bit-planes, byte scales and offsets per 32 in super-blocks of 256), symb4\n\
@@ -100,6 +100,9 @@ enum Mix {
     Q3KM,
     /// Q3_K_L: attention values, FFN down and attention output projections in Q5_K.
     Q3KL,
+    /// IQ4_NL / IQ4_XS: attention values in Q5_K with four or more query heads per KV head, and
+    /// without an importance matrix the first eighth of the FFN down projections.
+    IQ4,
 }
 
 /// A llama-quantize preset.
@@ -120,7 +123,7 @@ const fn preset_of(name: &'static str, dtype: DType, file_type: u32, mix: Mix) -
     }
 }
 
-const PRESETS: [Preset; 28] = [
+const PRESETS: [Preset; 30] = [
     preset_of("f32", DType::F32, 0, Mix::Output),
     preset_of("f16", DType::F16, 1, Mix::Output),
     preset_of("bf16", DType::BF16, 32, Mix::Output),
@@ -138,6 +141,8 @@ const PRESETS: [Preset; 28] = [
     preset_of("q5_k_s", DType::Q5K, 16, Mix::Output),
     preset_of("q5_k_m", DType::Q5K, 17, Mix::KM),
     preset_of("q6_k", DType::Q6K, 18, Mix::Output),
+    preset_of("iq4_nl", DType::IQ4NL, 25, Mix::IQ4),
+    preset_of("iq4_xs", DType::IQ4XS, 30, Mix::IQ4),
     // synaptix's own types: .syn bundles only (their file types are beyond llama.cpp's).
     preset_of("mxfp8", DType::MXFP8, 1001, Mix::Output),
     preset_of("nvfp4", DType::NVFP4, 1002, Mix::Output),
@@ -273,6 +278,7 @@ fn type_for_rows(target: DType, cols: usize) -> DType {
         DType::Q4K => DType::Q5_0,
         DType::Q5K => DType::Q5_1,
         DType::Q6K => DType::Q8_0,
+        DType::IQ4XS => DType::IQ4NL,
         DType::NVFP4 => DType::MXFP8,
         DType::SQ1 | DType::SQ2 | DType::SQ3 | DType::SQ4 => DType::NVFP4,
         DType::SQ5 | DType::SQ6 | DType::SQ7 | DType::SQ8 => DType::MXFP8,
@@ -376,6 +382,7 @@ impl Mixer<'_> {
                     Mix::Q3KL => ty = DType::Q5K,
                     Mix::KM if Self::more_bits(i, self.n_attn_v) => ty = DType::Q6K,
                     Mix::Q4KS if i < 4 => ty = DType::Q5K,
+                    Mix::IQ4 if gqa4 => ty = DType::Q5K,
                     _ => {}
                 }
                 if self.n_expert == 8 && base.in_gguf() {
@@ -407,11 +414,15 @@ impl Mixer<'_> {
                     Mix::Q3KL => ty = DType::Q5K,
                     Mix::KM if Self::more_bits(i, n) => ty = DType::Q6K,
                     Mix::Q4KS if i < n / 8 => ty = DType::Q5K,
+                    Mix::IQ4 if i < n / 8 && !self.has_imatrix => ty = DType::Q5K,
                     _ => {}
                 }
                 self.i_ffn_down += 1;
             } else if name.contains("attn_output.weight") && self.n_expert == 8 {
-                if ["q2_k", "q3_k_s", "q3_k_m", "q4_k_s", "q4_k_m"].contains(&self.preset.name) {
+                let listed = [
+                    "q2_k", "q3_k_s", "q3_k_m", "q4_k_s", "q4_k_m", "iq4_nl", "iq4_xs",
+                ];
+                if listed.contains(&self.preset.name) {
                     ty = DType::Q5K;
                 }
             } else if name.contains("attn_output.weight") {

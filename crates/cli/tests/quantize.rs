@@ -641,6 +641,14 @@ fn moe_presets_match_llama_quantize() {
             "q4_0",
             "d293e8bebbe208e384f482a9c86e413f140f7c6f6ef41bbf0a05fcd0dace7488",
         ),
+        (
+            "iq4_nl",
+            "af620828c8f128b5f2bae6f6fda60e1d2c69e6e740f2096a34ab50f2961514b0",
+        ),
+        (
+            "iq4_xs",
+            "16a757bbe5caa7a667794ecb4c88cb3f5658ddf930494eac80118e4510f70c0e",
+        ),
     ] {
         let out = dir.join(format!("{dtype}.gguf"));
         quantize(&input, &out, dtype, &[]);
@@ -748,6 +756,14 @@ fn imatrix_quantization_matches_llama_quantize() {
             "q5_1",
             "312b3e3652bfba63ec874028a188dfb6c594deb9c31d16d1fc61129d249cc9a7",
         ),
+        (
+            "iq4_nl",
+            "eff389cd154ae6e10fda58d441d04e3ffc84b827c1448a53bf3ec51ebba64d13",
+        ),
+        (
+            "iq4_xs",
+            "5a25d301ea30789db82b3d6da97a6e2afc1346230f1fda1c91b6cbc0c3e71fca",
+        ),
     ] {
         let out = format!("{dtype}.gguf");
         let args = ["quantize", "moe-f16.gguf", &out, "--type", dtype];
@@ -762,8 +778,8 @@ fn imatrix_quantization_matches_llama_quantize() {
 
 /// The real Qwen2.5-Coder 0.5B with a real importance matrix: `llama-imatrix` on 8 chunks of
 /// 256 tokens of the tokenizer corpus and the README (tests/fixtures/imatrix). The F16 file
-/// written first is the input llama-quantize `--imatrix` was given; Q4_K_M and Q4_0 (whose
-/// first three FFN down projections become Q4_1 with a matrix) equal its files.
+/// written first is the input llama-quantize `--imatrix` was given; Q4_K_M, Q4_0 (whose
+/// first three FFN down projections become Q4_1 with a matrix) and IQ4_XS equal its files.
 #[test]
 fn qwen_with_a_llama_imatrix_matches_llama_quantize() {
     let dir = scratch("qwen-imatrix");
@@ -789,6 +805,10 @@ fn qwen_with_a_llama_imatrix_matches_llama_quantize() {
             "q4_0",
             "c11eb8bc30bfef204845df2d4b084fb8bf374efd9c66a8373e21f478619d1d37",
         ),
+        (
+            "iq4_xs",
+            "8581c915f28d6c3ae30c8b5b4d105a87a0b225f8eac1a5cfdc40cbed897ebdc0",
+        ),
     ] {
         let out = format!("{dtype}.gguf");
         let args = ["quantize", "qwen-f16.gguf", &out, "--type", dtype];
@@ -798,6 +818,26 @@ fn qwen_with_a_llama_imatrix_matches_llama_quantize() {
         );
         assert_eq!(sha256(&dir.join(&out)), want, "{dtype}");
     }
+    // IQ4_XS runs (on the CPU) and still knows the capital of France.
+    let run = synaptix(&[
+        "run",
+        dir.join("iq4_xs.gguf").to_str().unwrap(),
+        "The capital of France is",
+        "-n",
+        "2",
+        "--temp",
+        "0",
+        "--json",
+        "--device",
+        "cpu",
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert!(v["text"].as_str().unwrap().starts_with(" Paris"), "{v}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

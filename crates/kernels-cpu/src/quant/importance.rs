@@ -311,7 +311,7 @@ pub fn uses_importance(dtype: DType) -> bool {
     use DType::*;
     matches!(
         dtype,
-        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q2K | Q3K | Q4K | Q5K | Q6K
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q2K | Q3K | Q4K | Q5K | Q6K | IQ4NL | IQ4XS
     )
 }
 
@@ -350,6 +350,8 @@ pub fn quantize_weights_weighted(
             DType::Q5_0 => row_symmetric::<5>(row, importance, out),
             DType::Q4_1 => row_affine::<4>(row, importance, out),
             DType::Q5_1 => row_affine::<5>(row, importance, out),
+            DType::IQ4NL => super::iquants::quantize_iq4_nl(row, Some(importance), out),
+            DType::IQ4XS => super::iquants::quantize_iq4_xs(row, Some(importance), out),
             _ => {
                 for (xs, qw) in row.chunks_exact(QK_K).zip(importance.chunks_exact(QK_K)) {
                     match dtype {

@@ -97,6 +97,170 @@ pub(crate) fn dot_iq4_xs(w: &[u8], acts: &QuantizedActs) -> f32 {
     sum
 }
 
+/// ggml's `best_index_int8` over the IQ4 table: the index of the table value nearest to `x`
+/// (the upper one on ties).
+fn nearest_index(x: f32) -> usize {
+    let v = &IQ4NL_VALUES;
+    if x <= v[0] as f32 {
+        return 0;
+    }
+    if x >= v[15] as f32 {
+        return 15;
+    }
+    let (mut lo, mut hi) = (0usize, 15usize);
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        if x < v[mid] as f32 {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    if x - (v[hi - 1] as f32) < v[hi] as f32 - x {
+        hi - 1
+    } else {
+        hi
+    }
+}
+
+/// ggml's `quantize_row_iq4_nl_impl` with `ntry` 7 (what `quantize_iq4_nl` / `_xs` run), for a
+/// super-block of `x.len()` values in sub-blocks of 32: per sub-block the scale searched over
+/// 15 candidate steps under weights `x²` (or the importance `qw · sqrt(σ² + x²)`); with
+/// several sub-blocks, their scales as 6-bit multiples of one f16 `d` and the codes chosen
+/// again. Returns (`d` as f16 bits, `scales_h`, `scales_l`, code bytes).
+fn encode_iq4(x: &[f32], importance: Option<&[f32]>) -> (u16, u16, [u8; 4], Vec<u8>) {
+    const NTRY: i32 = 7;
+    let n = x.len();
+    let nsub = n / QK;
+    let v = |l: usize| IQ4NL_VALUES[l] as f32;
+    let mut sigma2 = 0f32;
+    for &xi in x {
+        sigma2 += xi * xi;
+    }
+    sigma2 *= 2.0 / n as f32;
+    let mut l = vec![0u8; n];
+    let mut scales = vec![0f32; nsub];
+    let (mut max_scale, mut amax_scale) = (0f32, 0f32);
+    let mut weight = [0f32; QK];
+    for ib in 0..nsub {
+        let xb = &x[QK * ib..QK * ib + QK];
+        match importance {
+            Some(qw) => {
+                for j in 0..QK {
+                    weight[j] = qw[QK * ib + j] * (sigma2 + xb[j] * xb[j]).sqrt();
+                }
+            }
+            None => {
+                for j in 0..QK {
+                    weight[j] = xb[j] * xb[j];
+                }
+            }
+        }
+        let (mut amax, mut max) = (0f32, 0f32);
+        for &xj in xb {
+            if xj.abs() > amax {
+                amax = xj.abs();
+                max = xj;
+            }
+        }
+        if amax < super::weights::GROUP_MAX_EPS {
+            scales[ib] = 0.0;
+            continue;
+        }
+        let mut d = -max / v(0);
+        let id = 1.0 / d;
+        let (mut sumqx, mut sumq2) = (0f32, 0f32);
+        for j in 0..QK {
+            let li = nearest_index(id * xb[j]);
+            l[QK * ib + j] = li as u8;
+            let (q, w) = (v(li), weight[j]);
+            sumqx += w * q * xb[j];
+            sumq2 += w * q * q;
+        }
+        d = if sumq2 > 0.0 { sumqx / sumq2 } else { 0.0 };
+        let mut best = d * sumqx;
+        for itry in -NTRY..=NTRY {
+            let id = (itry + IQ4NL_VALUES[0] as i32) as f32 / max;
+            let (mut sumqx, mut sumq2) = (0f32, 0f32);
+            for j in 0..QK {
+                let q = v(nearest_index(id * xb[j]));
+                let w = weight[j];
+                sumqx += w * q * xb[j];
+                sumq2 += w * q * q;
+            }
+            if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
+                d = sumqx / sumq2;
+                best = d * sumqx;
+            }
+        }
+        scales[ib] = d;
+        if d.abs() > amax_scale {
+            amax_scale = d.abs();
+            max_scale = d;
+        }
+    }
+    let (mut scales_h, mut scales_l) = (0u16, [0u8; 4]);
+    let dh;
+    if nsub > 1 {
+        let d = -max_scale / 32.0;
+        dh = super::float::f32_to_f16(d);
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        for ib in 0..nsub {
+            let li = super::weights::nearest_int(id * scales[ib]).clamp(-32, 31);
+            let dl = d * li as f32;
+            let idl = if dl != 0.0 { 1.0 / dl } else { 0.0 };
+            for j in 0..QK {
+                l[QK * ib + j] = nearest_index(idl * x[QK * ib + j]) as u8;
+            }
+            let li = (li + 32) as u8;
+            if ib % 2 == 0 {
+                scales_l[ib / 2] = li & 0xf;
+            } else {
+                scales_l[ib / 2] |= (li & 0xf) << 4;
+            }
+            scales_h |= ((li >> 4) as u16) << (2 * (ib % 8));
+        }
+    } else {
+        dh = super::float::f32_to_f16(scales[0]);
+        let id = if scales[0] != 0.0 {
+            1.0 / scales[0]
+        } else {
+            0.0
+        };
+        for j in 0..n {
+            l[j] = nearest_index(id * x[j]) as u8;
+        }
+    }
+    let mut codes = Vec::with_capacity(n / 2);
+    for i in 0..n / QK {
+        for j in 0..16 {
+            codes.push(l[QK * i + j] | (l[QK * i + 16 + j] << 4));
+        }
+    }
+    (dh, scales_h, scales_l, codes)
+}
+
+/// `x` (whole blocks) in IQ4_NL, optionally weighted by `importance` (one weight per value).
+pub(crate) fn quantize_iq4_nl(x: &[f32], importance: Option<&[f32]>, out: &mut Vec<u8>) {
+    for (b, xb) in x.chunks_exact(QK).enumerate() {
+        let (dh, _, _, codes) = encode_iq4(xb, importance.map(|w| &w[QK * b..QK * b + QK]));
+        out.extend_from_slice(&dh.to_le_bytes());
+        out.extend_from_slice(&codes);
+    }
+}
+
+/// `x` (whole super-blocks) in IQ4_XS, optionally weighted by `importance`.
+pub(crate) fn quantize_iq4_xs(x: &[f32], importance: Option<&[f32]>, out: &mut Vec<u8>) {
+    for (b, xb) in x.chunks_exact(QK_K).enumerate() {
+        let (dh, scales_h, scales_l, codes) =
+            encode_iq4(xb, importance.map(|w| &w[QK_K * b..QK_K * b + QK_K]));
+        out.extend_from_slice(&dh.to_le_bytes());
+        out.extend_from_slice(&scales_h.to_le_bytes());
+        out.extend_from_slice(&scales_l);
+        out.extend_from_slice(&codes);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,7 +28,7 @@ use super::legacy::c_f32_to_i8;
 const QK: usize = 32;
 
 /// The types [`quantize_weights`] produces.
-pub const QUANTIZE_TARGETS: [DType; 24] = [
+pub const QUANTIZE_TARGETS: [DType; 26] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -53,6 +53,8 @@ pub const QUANTIZE_TARGETS: [DType; 24] = [
     DType::SQ7,
     DType::SQ8,
     DType::SYMB4,
+    DType::IQ4NL,
+    DType::IQ4XS,
 ];
 
 /// Part of a tensor (`x`, whole 64-value blocks) in NVFP4 with the tensor's scale (from
@@ -104,6 +106,8 @@ pub fn quantize_weights(dtype: DType, x: &[f32], out: &mut Vec<u8>) -> Result<()
         DType::Q6K => x.chunks_exact(QK_K).for_each(|b| super_block_q6_k(b, out)),
         DType::MXFP8 => super::mx::quantize_mxfp8(x, out),
         DType::SYMB4 => super::symb::quantize_symb4(x, out),
+        DType::IQ4NL => super::iquants::quantize_iq4_nl(x, None, out),
+        DType::IQ4XS => super::iquants::quantize_iq4_xs(x, None, out),
         d if d.sq_bits().is_some() => super::sq::quantize_sq(x, d.sq_bits().unwrap_or(8), out),
         // The tensor scale from `x` itself: pass the whole tensor, or use
         // [`quantize_nvfp4_with_scale`] for parts of one.
@@ -858,6 +862,10 @@ mod tests {
                         // A whole code step of the sub-block's range, and the byte scales' and
                         // offsets' rounding (half of the super-block's largest over 255).
                         (max - min.min(0.0)) / ((1u32 << bits) - 1) as f32 + sb_range / 255.0 + 1e-6
+                    } else if matches!(dtype, DType::IQ4NL | DType::IQ4XS) {
+                        // Half the table's widest gap (24 of 127) at a scale of about amax/127,
+                        // and IQ4_XS's 6-bit sub-block scales.
+                        sb_range / 6.0 + 1e-6
                     } else if dtype == DType::SYMB4 {
                         // Half a step of the 128-value group's scale (its amax / 7).
                         let group = &x[b / 4 * 128..(b / 4 * 128 + 128).min(x.len())];
