@@ -14,8 +14,8 @@ use synaptix_core::{DType, Error, Result};
 
 use super::float::f32_to_f16;
 use super::weights::{
-    best_scale_min, best_scale_symmetric, finish_q3_k, finish_q45_k, finish_q6_k, nearest_int,
-    push_crumbs, push_fifth_bits, push_half, push_nibbles, quantize_weights, GROUP_MAX_EPS, QK_K,
+    best_scale_min, best_scale_symmetric, finish_q2_k, finish_q3_k, finish_q45_k, finish_q6_k,
+    nearest_int, push_fifth_bits, push_half, push_nibbles, quantize_weights, GROUP_MAX_EPS, QK_K,
 };
 
 const QK: usize = 32;
@@ -174,29 +174,11 @@ fn super_block_q2_k(x: &[f32], importance: &[f32], out: &mut Vec<u8>) {
     let (mut ls, mut lm) = ([0u8; 16], [0u8; 16]);
     let dm = positive_scale_weighted(&scales, 15, &sw, &mut ls);
     let mm = positive_scale_weighted(&mins, 15, &sw, &mut lm);
-    let (d_bits, dmin_bits) = (f32_to_f16(dm), f32_to_f16(mm));
-    let (dm, mm) = (
-        super::float::f16_to_f32(d_bits),
-        super::float::f16_to_f32(dmin_bits),
-    );
     let mut sc = [0u8; 16];
     for j in 0..16 {
         sc[j] = ls[j] | (lm[j] << 4);
     }
-    for j in 0..16 {
-        let d = dm * (sc[j] & 0xf) as f32;
-        if d == 0.0 {
-            continue;
-        }
-        let m = mm * (sc[j] >> 4) as f32;
-        for i in 0..16 {
-            l[16 * j + i] = nearest_int((x[16 * j + i] + m) / d).clamp(0, 3) as u8;
-        }
-    }
-    out.extend_from_slice(&sc);
-    push_crumbs(out, &l);
-    out.extend_from_slice(&d_bits.to_le_bytes());
-    out.extend_from_slice(&dmin_bits.to_le_bytes());
+    finish_q2_k(x, l, &sc, f32_to_f16(dm), f32_to_f16(mm), out);
 }
 
 /// One Q3_K super-block.

@@ -516,6 +516,20 @@ fn super_block_q2_k(x: &[f32], out: &mut Vec<u8>) {
     } else {
         f32_to_f16(0.0)
     };
+    finish_q2_k(x, l, &sc, d_bits, dmin_bits, out);
+}
+
+/// The rest of a Q2_K super-block from its 4-bit scales and minimums `sc`, `d` and `dmin`:
+/// the quants again from the stored values (the search's `l` kept where a scale is 0), then
+/// the bytes.
+pub(super) fn finish_q2_k(
+    x: &[f32],
+    mut l: [u8; QK_K],
+    sc: &[u8; 16],
+    d_bits: u16,
+    dmin_bits: u16,
+    out: &mut Vec<u8>,
+) {
     let (d_all, dmin_all) = (f16_to_f32(d_bits), f16_to_f32(dmin_bits));
     for j in 0..16 {
         let d = d_all * (sc[j] & 0xf) as f32;
@@ -527,7 +541,7 @@ fn super_block_q2_k(x: &[f32], out: &mut Vec<u8>) {
             l[16 * j + i] = nearest_int((x[16 * j + i] + dm) / d).clamp(0, 3) as u8;
         }
     }
-    out.extend_from_slice(&sc);
+    out.extend_from_slice(sc);
     push_crumbs(out, &l);
     out.extend_from_slice(&d_bits.to_le_bytes());
     out.extend_from_slice(&dmin_bits.to_le_bytes());
