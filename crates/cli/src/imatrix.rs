@@ -79,6 +79,7 @@ impl Collector<'_> {
                 "ffn_gate",
                 "ffn_up",
                 "ffn_gate_inp",
+                "ffn_gate_inp_shexp",
                 "ffn_gate_shexp",
                 "ffn_up_shexp",
             ],

@@ -933,7 +933,13 @@ fn imatrix_counts_experts_rows() {
         let down = &m.entries[&format!("blk.{layer}.ffn_down_exps.weight")];
         assert_eq!(down.cols(), 48);
         assert_eq!(down.counts, exps.counts);
-        for dense in ["attn_q", "ffn_gate_inp", "ffn_up_shexp", "ffn_down_shexp"] {
+        for dense in [
+            "attn_q",
+            "ffn_gate_inp",
+            "ffn_gate_inp_shexp",
+            "ffn_up_shexp",
+            "ffn_down_shexp",
+        ] {
             assert_eq!(
                 m.entries[&format!("blk.{layer}.{dense}.weight")].counts,
                 vec![tokens],
