@@ -275,6 +275,43 @@ struct fmt_q8_0 {
     static constexpr int BLOCK = 32, BYTES = 34;
     __device__ static float get(const u8* b, int j) { return load_f16(b) * (float)(i8)b[2 + j]; }
 };
+// ggml's `kvalues_iq4nl` as four little-endian words of signed bytes (entry i in byte i % 4 of
+// word i / 4): the values an IQ4_NL / IQ4_XS code stands for.
+#define IQ4_TABLE0 0xbfad9881u  // -127 -104 -83 -65
+#define IQ4_TABLE1 0xf6eaddcfu  // -49 -35 -22 -10
+#define IQ4_TABLE2 0x26190d01u  // 1 13 25 38
+#define IQ4_TABLE3 0x71594535u  // 53 69 89 113
+__device__ __forceinline__ int iq4_value(int code) {
+    const u32 w = code < 8 ? (code < 4 ? IQ4_TABLE0 : IQ4_TABLE1) : (code < 12 ? IQ4_TABLE2 : IQ4_TABLE3);
+    return (int)(i8)(u8)(w >> (8 * (code & 3)));
+}
+// Four codes (one a byte, each 0..15) to the four table values (signed bytes) in place.
+__device__ __forceinline__ u32 iq4_lookup4(u32 codes) {
+    // Byte k's low three bits select among eight table bytes (selector nibble k), bit 3 picks
+    // the low or the high half of the table.
+    const u32 sel = (codes & 7u) | ((codes >> 4) & 0x70u) | ((codes >> 8) & 0x700u) | ((codes >> 12) & 0x7000u);
+    const u32 lo = __byte_perm(IQ4_TABLE0, IQ4_TABLE1, sel), hi = __byte_perm(IQ4_TABLE2, IQ4_TABLE3, sel);
+    const u32 high = ((codes >> 3) & 0x01010101u) * 0xffu;
+    return (lo & ~high) | (hi & high);
+}
+// d | qs[16]: element j < 16 is code qs[j] & 15, element j + 16 code qs[j] >> 4; value d * T[code].
+struct fmt_iq4_nl {
+    static constexpr int BLOCK = 32, BYTES = 18;
+    __device__ static float get(const u8* b, int j) {
+        const u8 q = b[2 + (j & 15)];
+        return load_f16(b) * (float)iq4_value(j < 16 ? (q & 15) : (q >> 4));
+    }
+};
+// IQ4_XS as the GPU holds it (`DeviceMatrix::upload` rewrites each 136-byte super-block as eight
+// 20-byte blocks): d (the super-block's f16) | l - 32 (i8, the sub-block's 6-bit scale) | 0 |
+// qs[16] as IQ4_NL's; value (d * (l - 32)) * T[code], ggml's dequantization.
+struct fmt_iq4_xs {
+    static constexpr int BLOCK = 32, BYTES = 20;
+    __device__ static float get(const u8* b, int j) {
+        const u8 q = b[4 + (j & 15)];
+        return (load_f16(b) * (float)(i8)b[2]) * (float)iq4_value(j < 16 ? (q & 15) : (q >> 4));
+    }
+};
 // scales[16] (low nibble scale, high nibble min) | qs[64] | d | dmin.
 struct fmt_q2_k {
     static constexpr int BLOCK = QK_K, BYTES = 84;
@@ -360,7 +397,9 @@ struct fmt_q6_k {
     MACRO(q3_k, fmt_q3_k)      \
     MACRO(q4_k, fmt_q4_k)      \
     MACRO(q5_k, fmt_q5_k)      \
-    MACRO(q6_k, fmt_q6_k)
+    MACRO(q6_k, fmt_q6_k)      \
+    MACRO(iq4_nl, fmt_iq4_nl)  \
+    MACRO(iq4_xs, fmt_iq4_xs)
 
 // ---------------------------------------------------------------------------------------------
 // Asynchronous copies and fragment loads (sm_80+, inline PTX: NVRTC has no CUDA headers), for

@@ -225,7 +225,7 @@ struct mv_gather_at {
 struct mv_q4_0 {
     static constexpr int BLOCK = 32, BYTES = 18, KIND = MV_LEGACY;
     static constexpr int SUBS = 2;  // 1024-element parts per warp step
-    static constexpr bool MIN = false;
+    static constexpr bool MIN = false, ACTS_K = false;
     u32 w[8];
     float d;
     __device__ void load(const u8* b, int) {
@@ -245,7 +245,7 @@ struct mv_q4_0 {
 struct mv_q4_1 {
     static constexpr int BLOCK = 32, BYTES = 20, KIND = MV_LEGACY;
     static constexpr int SUBS = 2;
-    static constexpr bool MIN = false;
+    static constexpr bool MIN = false, ACTS_K = false;
     u32 w[8];
     float d, m;
     __device__ void load(const u8* b, int) {
@@ -267,7 +267,7 @@ struct mv_q4_1 {
 struct mv_q5_0 {
     static constexpr int BLOCK = 32, BYTES = 22, KIND = MV_LEGACY;
     static constexpr int SUBS = 2;
-    static constexpr bool MIN = false;
+    static constexpr bool MIN = false, ACTS_K = false;
     u32 w[8];
     float d;
     __device__ void load(const u8* b, int) {
@@ -290,7 +290,7 @@ struct mv_q5_0 {
 struct mv_q5_1 {
     static constexpr int BLOCK = 32, BYTES = 24, KIND = MV_LEGACY;
     static constexpr int SUBS = 2;
-    static constexpr bool MIN = false;
+    static constexpr bool MIN = false, ACTS_K = false;
     u32 w[8];
     float d, m;
     __device__ void load(const u8* b, int) {
@@ -314,7 +314,7 @@ struct mv_q5_1 {
 struct mv_q8_0 {
     static constexpr int BLOCK = 32, BYTES = 34, KIND = MV_LEGACY;
     static constexpr int SUBS = 1;
-    static constexpr bool MIN = false;
+    static constexpr bool MIN = false, ACTS_K = false;
     u32 w[8];
     float d;
     __device__ void load(const u8* b, int) {
@@ -325,6 +325,50 @@ struct mv_q8_0 {
         return __fmul_rn((float)mv_dot8(w, a), __fmul_rn(d, mv_half_lo(am.x)));
     }
 };
+
+// d | qs[16] as Q4_0's, the codes looked up in ggml's table (`iq4_lookup4`). ggml:
+// (d_a * d_w) * sumi, sumi = Σ T[q] a.
+struct mv_iq4_nl : mv_q4_0 {
+    __device__ void load(const u8* b, int x) {
+        mv_q4_0::load(b, x);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) w[i] = iq4_lookup4(w[i]);
+    }
+    __device__ float term(const u32 (&a)[8], uint2 am) const {
+        return __fmul_rn(__fmul_rn(d, mv_half_lo(am.x)), (float)mv_dot8(w, a));
+    }
+};
+
+// IQ4_XS in the GPU's 20-byte blocks (common.cuh's fmt_iq4_xs: d | l - 32 | 0 | qs[16]), against
+// Q8_K activations (ACTS_K: am.x holds the bits of the super-block's f32 d). ggml:
+// ((d_w * d_a) * (l - 32)) * sumi, sumi = Σ T[q] a, one term a sub-block of 32.
+struct mv_iq4_xs {
+    static constexpr int BLOCK = 32, BYTES = 20, KIND = MV_LEGACY;
+    static constexpr int SUBS = 2;
+    static constexpr bool MIN = false, ACTS_K = true;
+    u32 w[8];
+    float d, l;
+    __device__ void load(const u8* b, int) {
+        u32 q[5];
+        mv_lds_words_a4<5>(b, q);  // 20-byte blocks: 4-byte aligned
+        d = mv_half_lo(q[0]), l = (float)mv_sbyte(q[0], 2);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            w[i] = iq4_lookup4(q[1 + i] & 0x0f0f0f0fu), w[4 + i] = iq4_lookup4((q[1 + i] >> 4) & 0x0f0f0f0fu);
+    }
+    __device__ float term(const u32 (&a)[8], uint2 am) const {
+        return __fmul_rn(__fmul_rn(__fmul_rn(d, __uint_as_float(am.x)), l), (float)mv_dot8(w, a));
+    }
+};
+
+// The metadata of the activation block holding element `ae` (of the whole activation buffer)
+// for a legacy format's `term`: Q8_0 / Q8_1's per 32 (half bits of d | s << 16, Σq), or for
+// ACTS_K formats Q8_K's f32 d of the super-block.
+template <typename F>
+__device__ __forceinline__ uint2 mv_meta(const u8* meta, i64 ae) {
+    if constexpr (F::ACTS_K) return make_uint2(*(const u32*)(meta + (ae / QK_K) * 4), 0u);
+    else return *(const uint2*)(meta + (ae / 32) * 8);
+}
 
 // scales[16] (scale | min << 4 per 16 elements) | qs[64] | d | dmin.
 // Element 128h + 32s + l: (qs[32h + l] >> 2s) & 3. One integer sum per super-block; lane `j`
@@ -786,7 +830,7 @@ __device__ void matvec_q8(float* __restrict__ y, const u8* __restrict__ w,
                         const i64 ae = (i64)(m0 + j) * k + e0;  // activation element index
                         u32 a[8];
                         mv_load_acts(qs + ae, a);
-                        const uint2 am = *(const uint2*)(meta + (ae / 32) * 8);
+                        const uint2 am = mv_meta<F>(meta, ae);
                         tr[j * rowlen + u] = f.term(a, am);
                     }
                 } else if constexpr (F::KIND == MV_KSUM) {
@@ -933,7 +977,7 @@ __device__ void matvec_q8_short(const mv_segs sg, const u8* __restrict__ acts, l
             const i64 ae = (i64)(m0 + j) * k + 32 * lane;
             u32 a[8];
             mv_load_acts(qs + ae, a);
-            t[j] = f.term(a, *(const uint2*)(meta + (ae / 32) * 8));
+            t[j] = f.term(a, mv_meta<F>(meta, ae));
         }
     }
     float* y = sg.y(sgi);
@@ -962,6 +1006,8 @@ MATVEC_Q8_SHORT(q4_1, mv_q4_1)
 MATVEC_Q8_SHORT(q5_0, mv_q5_0)
 MATVEC_Q8_SHORT(q5_1, mv_q5_1)
 MATVEC_Q8_SHORT(q8_0, mv_q8_0)
+MATVEC_Q8_SHORT(iq4_nl, mv_iq4_nl)
+MATVEC_Q8_SHORT(iq4_xs, mv_iq4_xs)
 
 // The short kernel for one activation row with the RMSNorm and the activation quantization
 // inside: each block normalises the row (rms_norm_row4's operations: f32 squares summed in f64,
@@ -1122,6 +1168,7 @@ MATVEC_Q8_SHORT_NORM(q4_1, mv_q4_1, true)
 MATVEC_Q8_SHORT_NORM(q5_0, mv_q5_0, false)
 MATVEC_Q8_SHORT_NORM(q5_1, mv_q5_1, true)
 MATVEC_Q8_SHORT_NORM(q8_0, mv_q8_0, false)
+MATVEC_Q8_SHORT_NORM(iq4_nl, mv_iq4_nl, false)
 
 // Legacy formats, one activation row, rows longer than the short kernel's. Each weight row is
 // shared by G lanes of a warp (32 / G rows per warp; G = 8 when there are many rows, 32 when
@@ -1168,7 +1215,7 @@ __device__ void matvec_q8_tile(const mv_segs sg, const u8* __restrict__ acts, lo
             if (live && b < nb) {
                 u32 a[8];
                 mv_load_acts(qs + 32 * (i64)b, a);
-                t = ring[i].term(a, *(const uint2*)(meta + (i64)b * 8));
+                t = ring[i].term(a, mv_meta<F>(meta, 32 * (i64)b));
             }
             const int bn = b + MVT_AHEAD * G;  // this slot's next block
             if (live && bn < nb) ring[i].load(wr + (i64)bn * F::BYTES, 0);
@@ -1264,7 +1311,7 @@ __device__ void matvec_q8_tile_staged(const mv_segs sg, const u8* __restrict__ a
             f.load((const u8*)stage[warp][q % STAGES] + (lane / G) * RUN + g * F::BYTES, 0);
             u32 a[8];
             mv_load_acts(qs + 32 * (i64)b, a);
-            t = f.term(a, *(const uint2*)(meta + (i64)b * 8));
+            t = f.term(a, mv_meta<F>(meta, 32 * (i64)b));
         }
         const int cnt = min(G, nb - q * G);
         for (int j = 0; j < cnt; ++j) acc = __fadd_rn(acc, __shfl_sync(MV_FULL, t, group + j));
@@ -1306,6 +1353,8 @@ MATVEC_Q8_TILE(q4_1, mv_q4_1)
 MATVEC_Q8_TILE(q5_0, mv_q5_0)
 MATVEC_Q8_TILE(q5_1, mv_q5_1)
 MATVEC_Q8_TILE(q8_0, mv_q8_0)
+MATVEC_Q8_TILE(iq4_nl, mv_iq4_nl)
+MATVEC_Q8_TILE(iq4_xs, mv_iq4_xs)
 
 #define MATVEC_Q8(name, fmt)                                                                     \
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, MV_MIN_BLOCKS)                 \
@@ -1320,6 +1369,8 @@ MATVEC_Q8(q4_1, mv_q4_1)
 MATVEC_Q8(q5_0, mv_q5_0)
 MATVEC_Q8(q5_1, mv_q5_1)
 MATVEC_Q8(q8_0, mv_q8_0)
+MATVEC_Q8(iq4_nl, mv_iq4_nl)
+MATVEC_Q8(iq4_xs, mv_iq4_xs)
 MATVEC_Q8(q2_k, mv_q2_k)
 MATVEC_Q8(q3_k, mv_q3_k)
 MATVEC_Q8(q4_k, mv_q4_k)

@@ -64,6 +64,8 @@ pub fn format_suffix(dtype: DType) -> Option<&'static str> {
         Q4K => "q4_k",
         Q5K => "q5_k",
         Q6K => "q6_k",
+        IQ4NL => "iq4_nl",
+        IQ4XS => "iq4_xs",
         _ => return None,
     })
 }
@@ -391,9 +393,16 @@ impl DeviceMatrix {
                 )
             },
         )?;
+        let repacked;
+        let bytes = if dtype == DType::IQ4XS {
+            repacked = iq4_xs_blocks_of_32(bytes);
+            &repacked[..]
+        } else {
+            bytes
+        };
         // Zeroed padding after the weights lets kernels read whole aligned words past the
         // last block.
-        let data = dev.zeros::<u8>(expected + WEIGHT_PAD)?;
+        let data = dev.zeros::<u8>(bytes.len() + WEIGHT_PAD)?;
         dev.overwrite(&data, bytes)?;
         let split = if q8s_wanted(rows, cols) {
             q8_split(dev, dtype, rows, cols, &data)?
@@ -418,6 +427,31 @@ impl DeviceMatrix {
         }
         Ok(self.split.is_some())
     }
+}
+
+/// Bytes of one IQ4_XS block of 32 as the GPU holds it (`fmt_iq4_xs` in kernels/common.cuh).
+const IQ4XS_GPU_BLOCK_BYTES: usize = 20;
+
+/// IQ4_XS super-blocks (136 bytes: f16 d, u16 scales_h, scales_l[4], qs[128]) rewritten as
+/// eight blocks of 32 each: d, the sub-block's scale l - 32 as i8, a zero, its 16 code bytes.
+/// The GPU then runs IQ4_XS through the legacy-format kernels (one term a block of 32, as
+/// ggml's dot product has), at 5 bits a weight instead of 4.25.
+fn iq4_xs_blocks_of_32(bytes: &[u8]) -> Vec<u8> {
+    const SUPER_BYTES: usize = 136;
+    let mut out = Vec::with_capacity(bytes.len() / SUPER_BYTES * 8 * IQ4XS_GPU_BLOCK_BYTES);
+    for sb in bytes.chunks_exact(SUPER_BYTES) {
+        let scales_h = u16::from_le_bytes([sb[2], sb[3]]);
+        for ib in 0..8 {
+            let low = (sb[4 + ib / 2] >> (4 * (ib % 2))) & 0xf;
+            let high = ((scales_h >> (2 * ib)) & 3) as u8;
+            let l = (low | (high << 4)) as i8 - 32;
+            out.extend_from_slice(&sb[..2]);
+            out.push(l as u8);
+            out.push(0);
+            out.extend_from_slice(&sb[8 + 16 * ib..8 + 16 * ib + 16]);
+        }
+    }
+    out
 }
 
 /// Blocks of 32 per group of the Q8_0 split layout, and a full group's bytes (kernels/matvec.cu).
@@ -573,9 +607,9 @@ pub fn get_rows(
 pub fn activation_format(dtype: DType) -> Option<DType> {
     use DType::*;
     match dtype {
-        Q4_0 | Q5_0 | Q8_0 => Some(Q8_0),
+        Q4_0 | Q5_0 | Q8_0 | IQ4NL => Some(Q8_0),
         Q4_1 | Q5_1 => Some(Q8_1),
-        Q2K | Q3K | Q4K | Q5K | Q6K => Some(Q8K),
+        Q2K | Q3K | Q4K | Q5K | Q6K | IQ4XS => Some(Q8K),
         _ => None,
     }
 }
@@ -730,6 +764,16 @@ const MV_WARPS: usize = 8;
 const MV_COLS: usize = 8;
 /// Elements of a weight row per warp chunk of `matvec_q8_*` (`SUBS × 1024` in kernels/matvec.cu;
 /// only the choice of warps per row depends on it).
+/// Elements of one block of `dtype` as the GPU holds it: IQ4_XS in blocks of 32
+/// (`iq4_xs_blocks_of_32`), every other format as stored.
+fn gpu_block_len(dtype: DType) -> usize {
+    if dtype == DType::IQ4XS {
+        32
+    } else {
+        dtype.block_len()
+    }
+}
+
 fn mv_step(dtype: DType) -> usize {
     use DType::*;
     1024 * match dtype {
@@ -981,7 +1025,7 @@ fn staged_tile_kernel() -> bool {
 fn use_tile_kernel(dtype: DType, rows: usize) -> bool {
     static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     !*DISABLED.get_or_init(|| std::env::var_os("SYNAPTIX_NO_TILE_KERNEL").is_some())
-        && dtype.block_len() == 32
+        && gpu_block_len(dtype) == 32
         && rows >= 1024
 }
 
@@ -1469,7 +1513,7 @@ pub fn matvec_quantized_with(
     if m == 1 && matvec_q8s(dev, y, w, Q8sActs::Quantized(acts), epi, &mut [])? {
         return Ok(());
     }
-    if w.dtype.block_len() == 32 && w.cols <= 1024 && m <= MV_COLS {
+    if gpu_block_len(w.dtype) == 32 && w.cols <= 1024 && m <= MV_COLS {
         return matvec_short(dev, y, w, acts, epi, &mut []);
     }
     if m == 1
@@ -1728,7 +1772,7 @@ pub fn matvec_many(
                 if matvec_q8s(dev, first.y, first.w, Q8sActs::Quantized(acts), epi, rest)? {
                     return Ok(());
                 }
-                if dtype.block_len() == 32 && cols <= 1024 {
+                if gpu_block_len(dtype) == 32 && cols <= 1024 {
                     return matvec_short(dev, first.y, first.w, acts, epi, rest);
                 }
                 if mv_rows_multi(dtype)
@@ -2395,6 +2439,7 @@ fn short_norm_suffix(dtype: DType) -> Option<&'static str> {
         DType::Q5_0 => Some("q5_0"),
         DType::Q5_1 => Some("q5_1"),
         DType::Q8_0 => Some("q8_0"),
+        DType::IQ4NL => Some("iq4_nl"),
         _ => None,
     }
 }
@@ -2638,6 +2683,29 @@ fn q8s_quad_kernel(
     }
 }
 
+/// `SYNAPTIX_Q8S_BESIDE` (an experiment, off by default): launches of quantized rows right after
+/// a launch that holds some SMs take a grid of the SMs left, with the configured ring (`grid`) or
+/// a ring of whole rows for W warps a block (a number).
+#[derive(Clone, Copy)]
+enum Q8sBeside {
+    GridOnly,
+    WholeRows(usize),
+}
+
+fn q8s_beside() -> Option<Q8sBeside> {
+    static RULE: std::sync::OnceLock<Option<Q8sBeside>> = std::sync::OnceLock::new();
+    *RULE.get_or_init(|| {
+        let v = std::env::var("SYNAPTIX_Q8S_BESIDE").ok()?;
+        if v == "grid" {
+            return Some(Q8sBeside::GridOnly);
+        }
+        let warps: usize = v.trim().parse().ok()?;
+        (1..=32)
+            .contains(&warps)
+            .then_some(Q8sBeside::WholeRows(warps))
+    })
+}
+
 /// Warps per block of a ring of whole rows (`q8s_whole`).
 const Q8S_WHOLE_WARPS: usize = 16;
 
@@ -2727,27 +2795,57 @@ fn matvec_q8s(
             warps,
         })
     };
-    let Q8sShape {
-        stages,
-        groups,
-        warps,
-    } = match whole {
-        Some(s) if shared_of(s) <= max_shared => s,
-        _ => {
-            // A ring too large for this row length gives up stages, then groups.
-            let mut s = shape;
-            while shared_of(s) > max_shared && (s.stages > 1 || s.groups > 1) {
-                if s.stages > 1 {
-                    s.stages -= 1;
-                } else {
-                    s.groups = s.groups.div_ceil(2);
-                }
-            }
-            s
+    // After a launch whose blocks hold some SMs (the one-pass attention before the output
+    // projection), `SYNAPTIX_Q8S_BESIDE` sizes the grid to the SMs left, so that every block
+    // starts, and with a ring of whole rows requests its whole share, while those blocks run.
+    let beside = match q8s_beside() {
+        Some(rule) if matches!(acts, Q8sActs::Quantized(_)) => {
+            let sms = sm_count(dev);
+            let resident = dev.resident_blocks() as usize;
+            (resident > 0 && resident < sms)
+                .then(|| {
+                    let blocks = rows.min(sms - resident);
+                    let s = match rule {
+                        Q8sBeside::GridOnly => shape,
+                        Q8sBeside::WholeRows(warps) => Q8sShape {
+                            stages: rows.div_ceil(blocks).div_ceil(warps),
+                            groups: (k / 32).div_ceil(Q8S_GROUP_BLOCKS),
+                            warps,
+                        },
+                    };
+                    (s, blocks)
+                })
+                .filter(|&(s, _)| shared_of(s) <= max_shared)
         }
+        _ => None,
+    };
+    let (
+        Q8sShape {
+            stages,
+            groups,
+            warps,
+        },
+        blocks,
+    ) = match (beside, whole) {
+        (Some(b), _) => b,
+        (None, Some(s)) if shared_of(s) <= max_shared => (s, blocks_of(shape)),
+        _ => (
+            {
+                // A ring too large for this row length gives up stages, then groups.
+                let mut s = shape;
+                while shared_of(s) > max_shared && (s.stages > 1 || s.groups > 1) {
+                    if s.stages > 1 {
+                        s.stages -= 1;
+                    } else {
+                        s.groups = s.groups.div_ceil(2);
+                    }
+                }
+                s
+            },
+            blocks_of(shape),
+        ),
     };
     let chunk = groups * Q8S_GROUP_BYTES;
-    let blocks = blocks_of(shape);
     let shared = shared_of(Q8sShape {
         stages,
         groups,
@@ -2920,5 +3018,50 @@ mod q8s_rule_tests {
         // A raw row too long for the prologue keeps the bulk kernel.
         assert!(!q8s_quad_kernel(18944, 1024, true, rows));
         assert!(!q8s_quad_kernel(3584, 1024, false, &[]));
+    }
+}
+
+#[cfg(test)]
+mod iq4_xs_layout_tests {
+    use super::*;
+
+    /// The GPU's IQ4_XS blocks of 32 mean what the stored super-blocks mean: every value
+    /// `(d · (l - 32)) · T[code]` equals the CPU's dequantization, bit for bit, over random
+    /// super-blocks (every 6-bit scale, both nibbles).
+    #[test]
+    fn blocks_of_32_dequantize_as_the_super_blocks() {
+        const T: [i8; 16] = [
+            -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+        ];
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut bytes = vec![0u8; 136 * 64];
+        for b in bytes.iter_mut() {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            *b = state as u8;
+        }
+        for sb in bytes.chunks_exact_mut(136) {
+            sb[..2].copy_from_slice(&half::f16::from_f32(0.0123).to_le_bytes());
+        }
+        let mut want = vec![0f32; 256 * 64];
+        synaptix_kernels_cpu::quant::dequantize(DType::IQ4XS, &bytes, &mut want).unwrap();
+        let blocks = iq4_xs_blocks_of_32(&bytes);
+        assert_eq!(blocks.len(), 64 * 8 * IQ4XS_GPU_BLOCK_BYTES);
+        for (i, blk) in blocks.chunks_exact(IQ4XS_GPU_BLOCK_BYTES).enumerate() {
+            let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+            let scale = d * (blk[2] as i8) as f32;
+            assert_eq!(blk[3], 0);
+            for j in 0..32 {
+                let q = blk[4 + j % 16];
+                let code = if j < 16 { q & 15 } else { q >> 4 };
+                let got = scale * T[code as usize] as f32;
+                assert_eq!(
+                    got.to_bits(),
+                    want[32 * i + j].to_bits(),
+                    "block {i} value {j}"
+                );
+            }
+        }
     }
 }

@@ -19,7 +19,7 @@ fn scale_fields(dtype: DType) -> &'static [usize] {
         DType::Q3K => &[108],
         DType::Q4K | DType::Q5K => &[0, 2],
         DType::Q6K => &[208],
-        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4NL | DType::IQ4XS => &[0],
         DType::Q4_1 | DType::Q5_1 => &[0, 2],
         _ => unreachable!("not a quantized format"),
     }
@@ -226,6 +226,8 @@ fn dequantized_gemm_close_to_cpu() {
         DType::Q4K,
         DType::Q5K,
         DType::Q6K,
+        DType::IQ4NL,
+        DType::IQ4XS,
     ];
     for dtype in formats {
         for (rows, cols) in [(300, 1024), (130, 3584), (64, 256)] {
@@ -247,9 +249,10 @@ fn dequantized_gemm_close_to_cpu() {
         }
         eprintln!("dequantized gemm {dtype:5}: within 1e-6 of the CPU");
     }
-    // Through the dispatch (f32 activations, bias and residual epilogue), k-quants from 64 rows.
+    // Through the dispatch (f32 activations, bias and residual epilogue), k-quants and the IQ4
+    // types from 64 rows.
     let (rows, cols, m) = (200, 1536, gemm::DEQUANT_MIN_ROWS);
-    for dtype in [DType::Q4K, DType::Q6K] {
+    for dtype in [DType::Q4K, DType::Q6K, DType::IQ4NL, DType::IQ4XS] {
         assert!(gemm::dequant_gemm_supported(dtype, m, cols));
         let bytes = random_weights(&mut rng, dtype, rows, cols, false);
         let dm = DeviceMatrix::upload(&dev, dtype, rows, cols, &bytes).unwrap();

@@ -45,7 +45,7 @@ fn random_weights(rng: &mut Rng, dtype: DType, rows: usize, cols: usize) -> Vec<
         let m = f16(0.002 + 0.01 * rng.uniform().abs());
         // Positions of the f16 scale fields in each ggml block struct.
         let fields: &[(usize, [u8; 2])] = match dtype {
-            DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[(0, d)],
+            DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4NL | DType::IQ4XS => &[(0, d)],
             DType::Q4_1 | DType::Q5_1 | DType::Q4K | DType::Q5K => &[(0, d), (2, m)],
             DType::Q2K => &[(80, d), (82, m)],
             DType::Q3K => &[(108, d)],
@@ -59,7 +59,7 @@ fn random_weights(rng: &mut Rng, dtype: DType, rows: usize, cols: usize) -> Vec<
     out
 }
 
-const FORMATS: [DType; 13] = [
+const FORMATS: [DType; 15] = [
     DType::F32,
     DType::F16,
     DType::BF16,
@@ -73,6 +73,8 @@ const FORMATS: [DType; 13] = [
     DType::Q4K,
     DType::Q5K,
     DType::Q6K,
+    DType::IQ4NL,
+    DType::IQ4XS,
 ];
 
 #[test]
@@ -628,9 +630,16 @@ fn matvec_quantized_shares_one_quantization() {
     let x = activations(&mut rng, m, cols);
     let dx = dev.upload(&x).unwrap();
     for group in [
-        &[DType::Q4_0, DType::Q5_0, DType::Q8_0][..],
+        &[DType::Q4_0, DType::Q5_0, DType::Q8_0, DType::IQ4NL][..],
         &[DType::Q4_1, DType::Q5_1],
-        &[DType::Q2K, DType::Q3K, DType::Q4K, DType::Q5K, DType::Q6K],
+        &[
+            DType::Q2K,
+            DType::Q3K,
+            DType::Q4K,
+            DType::Q5K,
+            DType::Q6K,
+            DType::IQ4XS,
+        ],
     ] {
         let mut acts = ops::DeviceActs::new(&dev, group[0], m, cols).unwrap();
         ops::quantize_acts(&dev, &mut acts, &dx).unwrap();
@@ -1398,7 +1407,7 @@ fn rms_norm_matvec_short_many_matches_norm_then_matvec() {
     let Some((dev, mut rng)) = device() else {
         return;
     };
-    let cases: [(usize, &[(DType, usize)]); 10] = [
+    let cases: [(usize, &[(DType, usize)]); 11] = [
         (
             896,
             &[(DType::Q8_0, 896), (DType::Q8_0, 128), (DType::Q8_0, 128)],
@@ -1418,6 +1427,7 @@ fn rms_norm_matvec_short_many_matches_norm_then_matvec() {
         (2048, &[(DType::Q4_1, 300), (DType::Q5_0, 200)]),
         (1056, &[(DType::Q5_1, 129)]),
         (896, &[(DType::Q8_0, 64)]),
+        (896, &[(DType::IQ4NL, 896), (DType::Q8_0, 128)]),
     ];
     for (n, (cols, mats)) in cases.into_iter().enumerate() {
         let mut x = activations(&mut rng, 1, cols);
@@ -1809,7 +1819,7 @@ fn matvec_many_matches_separate_products() {
     // group of 12 blocks).
     // Q8_0 3072 × (3072, 768, 768) stays unsplit (below): 4,608 rows, more than one wave of
     // the one-row-per-warp kernel on an H200, so the staged kernel with 16 lanes a row.
-    let cases: [(DType, usize, &[usize]); 17] = [
+    let cases: [(DType, usize, &[usize]); 20] = [
         (DType::Q8_0, 3072, &[3072, 768, 768]),
         (DType::Q5_0, 896, &[896, 128, 128]),
         (DType::Q8_0, 896, &[4864, 4864]),
@@ -1820,6 +1830,9 @@ fn matvec_many_matches_separate_products() {
         (DType::Q8_0, 2080, &[13000, 13344]),
         (DType::Q8_0, 896, &[30000, 20000]),
         (DType::Q4_0, 3584, &[9472, 9472]),
+        (DType::IQ4NL, 3584, &[9472, 9472]),
+        (DType::IQ4XS, 3584, &[9472, 9472]),
+        (DType::IQ4XS, 1024, &[1024, 128, 128]),
         (DType::Q4_1, 2048, &[700, 300]),
         (DType::Q4K, 1536, &[1536, 256, 256]),
         (DType::Q5K, 2048, &[333, 77, 500]),
