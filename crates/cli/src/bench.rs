@@ -261,6 +261,7 @@ fn file_type_name(id: u64) -> Option<&'static str> {
         16 => "Q5_K - Small",
         17 => "Q5_K - Medium",
         18 => "Q6_K",
+        21 => "Q2_K - Small",
         25 => "IQ4_NL - 4.5 bpw",
         30 => "IQ4_XS - 4.25 bpw",
         32 => "BF16",

@@ -29,8 +29,8 @@ use synaptix_kernels_cpu::{
 #[derive(Args)]
 #[command(
     after_help = "Presets (llama-quantize's): f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k,\n\
-    q3_k_s, q3_k_m (or q3_k), q3_k_l, q4_k_s, q4_k_m (or q4_k), q5_k_s, q5_k_m (or q5_k),\n\
-    q6_k, iq4_nl, iq4_xs.\n\
+    q2_k_s (needs --imatrix), q3_k_s, q3_k_m (or q3_k), q3_k_l, q4_k_s, q4_k_m (or q4_k),\n\
+    q5_k_s, q5_k_m (or q5_k), q6_k, iq4_nl, iq4_xs.\n\
     synaptix's own (written only to .syn bundles): mxfp8 (OCP MXFP8: E4M3 values, an E8M0 scale\n\
     per 32), nvfp4 (E2M1 values, an E4M3 scale per 16, an FP32 scale per tensor), sq1 .. sq8\n\
     (b-bit codes as bit-planes, byte scales and offsets per 32 in super-blocks of 256), symb4\n\
@@ -94,6 +94,9 @@ enum Mix {
     /// Q2_K: attention values in Q3_K (Q4_K with four or more query heads per KV head), FFN
     /// down and attention output projections in Q3_K.
     Q2K,
+    /// Q2_K_S (needs an importance matrix): attention values in Q4_K with four or more query
+    /// heads per KV head, the first eighth of the FFN down projections in Q4_K.
+    Q2KS,
     /// Q3_K_M: the first two attention values in Q5_K and the others in Q4_K, the first
     /// sixteenth of the FFN down projections in Q5_K and the others in Q4_K, attention outputs
     /// in Q4_K.
@@ -123,7 +126,7 @@ const fn preset_of(name: &'static str, dtype: DType, file_type: u32, mix: Mix) -
     }
 }
 
-const PRESETS: [Preset; 30] = [
+const PRESETS: [Preset; 31] = [
     preset_of("f32", DType::F32, 0, Mix::Output),
     preset_of("f16", DType::F16, 1, Mix::Output),
     preset_of("bf16", DType::BF16, 32, Mix::Output),
@@ -133,6 +136,7 @@ const PRESETS: [Preset; 30] = [
     preset_of("q5_0", DType::Q5_0, 8, Mix::Output),
     preset_of("q5_1", DType::Q5_1, 9, Mix::Output),
     preset_of("q2_k", DType::Q2K, 10, Mix::Q2K),
+    preset_of("q2_k_s", DType::Q2K, 21, Mix::Q2KS),
     preset_of("q3_k_s", DType::Q3K, 11, Mix::Output),
     preset_of("q3_k_m", DType::Q3K, 12, Mix::Q3KM),
     preset_of("q3_k_l", DType::Q3K, 13, Mix::Q3KL),
@@ -378,6 +382,7 @@ impl Mixer<'_> {
                 let (i, gqa4) = (self.i_attn_v, self.n_gqa >= 4);
                 match self.preset.mix {
                     Mix::Q2K => ty = if gqa4 { DType::Q4K } else { DType::Q3K },
+                    Mix::Q2KS if gqa4 => ty = DType::Q4K,
                     Mix::Q3KM => ty = if i < 2 { DType::Q5K } else { DType::Q4K },
                     Mix::Q3KL => ty = DType::Q5K,
                     Mix::KM if Self::more_bits(i, self.n_attn_v) => ty = DType::Q6K,
@@ -410,6 +415,7 @@ impl Mixer<'_> {
                 }
                 match self.preset.mix {
                     Mix::Q2K => ty = DType::Q3K,
+                    Mix::Q2KS if i < n / 8 => ty = DType::Q4K,
                     Mix::Q3KM => ty = if i < n / 16 { DType::Q5K } else { DType::Q4K },
                     Mix::Q3KL => ty = DType::Q5K,
                     Mix::KM if Self::more_bits(i, n) => ty = DType::Q6K,
@@ -552,6 +558,27 @@ pub fn run(mut a: QuantizeArgs) -> Result<()> {
             );
         }
         plans.push(Plan { dtype, convert });
+    }
+    // Q2_K_S's Q2_K matrices (all but the token embeddings and the output) are quantized only
+    // with importance statistics, as llama-quantize insists.
+    if preset.mix == Mix::Q2KS {
+        for (t, plan) in order.iter().zip(&plans) {
+            let exempt = t.name == "token_embd.weight" || t.name == "output.weight";
+            if !plan.convert || plan.dtype != DType::Q2K || exempt {
+                continue;
+            }
+            match &imatrix {
+                None => bail!(
+                    "--type q2_k_s needs an importance matrix (--imatrix FILE; `synaptix \
+                     imatrix` makes one): its Q2_K matrices are too coarse without one"
+                ),
+                Some(m) if !m.entries.contains_key(&t.name) => bail!(
+                    "the importance matrix has no entry for {}, which q2_k_s quantizes to Q2_K",
+                    t.name
+                ),
+                Some(_) => {}
+            }
+        }
     }
 
     // The input's metadata, then (moved to the end, as llama-quantize does) ggml's

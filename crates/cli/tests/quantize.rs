@@ -779,7 +779,8 @@ fn imatrix_quantization_matches_llama_quantize() {
 /// The real Qwen2.5-Coder 0.5B with a real importance matrix: `llama-imatrix` on 8 chunks of
 /// 256 tokens of the tokenizer corpus and the README (tests/fixtures/imatrix). The F16 file
 /// written first is the input llama-quantize `--imatrix` was given; Q4_K_M, Q4_0 (whose
-/// first three FFN down projections become Q4_1 with a matrix) and IQ4_XS equal its files.
+/// first three FFN down projections become Q4_1 with a matrix), IQ4_XS and Q2_K_S (which needs
+/// the matrix) equal its files.
 #[test]
 fn qwen_with_a_llama_imatrix_matches_llama_quantize() {
     let dir = scratch("qwen-imatrix");
@@ -809,6 +810,10 @@ fn qwen_with_a_llama_imatrix_matches_llama_quantize() {
             "iq4_xs",
             "8581c915f28d6c3ae30c8b5b4d105a87a0b225f8eac1a5cfdc40cbed897ebdc0",
         ),
+        (
+            "q2_k_s",
+            "6e873910c24d7b29aee1f24f9400630313768b6785a06eebf7eefd117ec21d49",
+        ),
     ] {
         let out = format!("{dtype}.gguf");
         let args = ["quantize", "qwen-f16.gguf", &out, "--type", dtype];
@@ -818,6 +823,17 @@ fn qwen_with_a_llama_imatrix_matches_llama_quantize() {
         );
         assert_eq!(sha256(&dir.join(&out)), want, "{dtype}");
     }
+    // Q2_K_S without a matrix is refused, as llama-quantize refuses it, and writes nothing.
+    let refused = synaptix(&[
+        "quantize",
+        f16.to_str().unwrap(),
+        dir.join("refused.gguf").to_str().unwrap(),
+        "--type",
+        "q2_k_s",
+    ]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("needs an importance matrix"));
+    assert!(!dir.join("refused.gguf").exists());
     // IQ4_XS runs (on the CPU) and still knows the capital of France.
     let run = synaptix(&[
         "run",
