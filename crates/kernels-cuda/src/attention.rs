@@ -1075,7 +1075,6 @@ fn attention_decode(
                     shared_mem_bytes: smem as u32,
                 })
             }?;
-            dev.set_resident_blocks((n_heads * rows) as u32);
             return Ok(());
         }
     }

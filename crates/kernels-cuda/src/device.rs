@@ -1,5 +1,5 @@
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{
@@ -36,10 +36,6 @@ pub struct CudaDevice {
     pdl_supported: bool,
     /// Whether launches use them now (`SYNAPTIX_NO_PDL` unset at creation, or `set_pdl`).
     pdl: AtomicBool,
-    /// Blocks of the launch just before that hold their SMs while the next launch starts (a
-    /// one-pass decode attention's), so that the next launch can size its grid to the SMs left
-    /// (`SYNAPTIX_Q8S_BESIDE`); every launch resets it to zero.
-    resident_blocks: AtomicU32,
 }
 
 impl std::fmt::Debug for CudaDevice {
@@ -110,7 +106,6 @@ impl CudaDevice {
             block_counter: std::sync::OnceLock::new(),
             pdl_supported,
             pdl: AtomicBool::new(pdl),
-            resident_blocks: AtomicU32::new(0),
         })
     }
 
@@ -119,15 +114,6 @@ impl CudaDevice {
     /// the device was opened (or [`CudaDevice::set_pdl`]).
     pub fn pdl_enabled(&self) -> bool {
         self.pdl.load(Ordering::Relaxed)
-    }
-
-    /// Blocks of the previous launch that hold their SMs (0: none noted).
-    pub(crate) fn resident_blocks(&self) -> u32 {
-        self.resident_blocks.load(Ordering::Relaxed)
-    }
-
-    pub(crate) fn set_resident_blocks(&self, blocks: u32) {
-        self.resident_blocks.store(blocks, Ordering::Relaxed)
     }
 
     /// Turns programmatic dependent launch on or off for the launches that follow (on only

@@ -164,7 +164,6 @@ impl<'a> Launch<'a> {
             });
         }
         self.dev.context().bind_to_thread()?;
-        self.dev.set_resident_blocks(0);
         let mut params = [std::ptr::null_mut::<c_void>(); MAX_ARGS];
         for (p, slot) in params.iter_mut().zip(self.slots.iter_mut()) {
             *p = slot as *mut u64 as *mut c_void;

@@ -2683,29 +2683,6 @@ fn q8s_quad_kernel(
     }
 }
 
-/// `SYNAPTIX_Q8S_BESIDE` (an experiment, off by default): launches of quantized rows right after
-/// a launch that holds some SMs take a grid of the SMs left, with the configured ring (`grid`) or
-/// a ring of whole rows for W warps a block (a number).
-#[derive(Clone, Copy)]
-enum Q8sBeside {
-    GridOnly,
-    WholeRows(usize),
-}
-
-fn q8s_beside() -> Option<Q8sBeside> {
-    static RULE: std::sync::OnceLock<Option<Q8sBeside>> = std::sync::OnceLock::new();
-    *RULE.get_or_init(|| {
-        let v = std::env::var("SYNAPTIX_Q8S_BESIDE").ok()?;
-        if v == "grid" {
-            return Some(Q8sBeside::GridOnly);
-        }
-        let warps: usize = v.trim().parse().ok()?;
-        (1..=32)
-            .contains(&warps)
-            .then_some(Q8sBeside::WholeRows(warps))
-    })
-}
-
 /// Warps per block of a ring of whole rows (`q8s_whole`).
 const Q8S_WHOLE_WARPS: usize = 16;
 
@@ -2795,57 +2772,27 @@ fn matvec_q8s(
             warps,
         })
     };
-    // After a launch whose blocks hold some SMs (the one-pass attention before the output
-    // projection), `SYNAPTIX_Q8S_BESIDE` sizes the grid to the SMs left, so that every block
-    // starts, and with a ring of whole rows requests its whole share, while those blocks run.
-    let beside = match q8s_beside() {
-        Some(rule) if matches!(acts, Q8sActs::Quantized(_)) => {
-            let sms = sm_count(dev);
-            let resident = dev.resident_blocks() as usize;
-            (resident > 0 && resident < sms)
-                .then(|| {
-                    let blocks = rows.min(sms - resident);
-                    let s = match rule {
-                        Q8sBeside::GridOnly => shape,
-                        Q8sBeside::WholeRows(warps) => Q8sShape {
-                            stages: rows.div_ceil(blocks).div_ceil(warps),
-                            groups: (k / 32).div_ceil(Q8S_GROUP_BLOCKS),
-                            warps,
-                        },
-                    };
-                    (s, blocks)
-                })
-                .filter(|&(s, _)| shared_of(s) <= max_shared)
-        }
-        _ => None,
-    };
-    let (
-        Q8sShape {
-            stages,
-            groups,
-            warps,
-        },
-        blocks,
-    ) = match (beside, whole) {
-        (Some(b), _) => b,
-        (None, Some(s)) if shared_of(s) <= max_shared => (s, blocks_of(shape)),
-        _ => (
-            {
-                // A ring too large for this row length gives up stages, then groups.
-                let mut s = shape;
-                while shared_of(s) > max_shared && (s.stages > 1 || s.groups > 1) {
-                    if s.stages > 1 {
-                        s.stages -= 1;
-                    } else {
-                        s.groups = s.groups.div_ceil(2);
-                    }
+    let Q8sShape {
+        stages,
+        groups,
+        warps,
+    } = match whole {
+        Some(s) if shared_of(s) <= max_shared => s,
+        _ => {
+            // A ring too large for this row length gives up stages, then groups.
+            let mut s = shape;
+            while shared_of(s) > max_shared && (s.stages > 1 || s.groups > 1) {
+                if s.stages > 1 {
+                    s.stages -= 1;
+                } else {
+                    s.groups = s.groups.div_ceil(2);
                 }
-                s
-            },
-            blocks_of(shape),
-        ),
+            }
+            s
+        }
     };
     let chunk = groups * Q8S_GROUP_BYTES;
+    let blocks = blocks_of(shape);
     let shared = shared_of(Q8sShape {
         stages,
         groups,

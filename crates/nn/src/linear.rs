@@ -7,17 +7,27 @@ pub(crate) fn executable(dtype: DType) -> bool {
     use DType::*;
     matches!(
         dtype,
-        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2K | Q3K | Q4K | Q5K | Q6K
+        F32 | F16
+            | BF16
+            | Q4_0
+            | Q4_1
+            | Q5_0
+            | Q5_1
+            | Q8_0
+            | Q2K
+            | Q3K
+            | Q4K
+            | Q5K
+            | Q6K
+            | IQ4NL
+            | IQ4XS
     )
 }
 
 /// Weight formats only the CPU kernels execute so far (synaptix's own MXFP8, NVFP4, SQ1 .. SQ8,
-/// SYMB4; ggml's IQ4_NL and IQ4_XS).
+/// SYMB4).
 pub fn cpu_only(dtype: DType) -> bool {
-    matches!(
-        dtype,
-        DType::MXFP8 | DType::NVFP4 | DType::SYMB4 | DType::IQ4NL | DType::IQ4XS
-    ) || dtype.sq_bits().is_some()
+    matches!(dtype, DType::MXFP8 | DType::NVFP4 | DType::SYMB4) || dtype.sq_bits().is_some()
 }
 
 /// Formats some backend executes: the loaders check these, each backend's `matrix` its own.
