@@ -65,6 +65,19 @@ pub struct QuantizeArgs {
     /// Type of the token embeddings, whatever the preset says
     #[arg(long, value_name = "TYPE")]
     pub token_embedding_type: Option<String>,
+    /// Matrices whose name matches PATTERN (a regular expression, lower-cased, found anywhere
+    /// in the name; the first one given that matches wins) get TYPE instead of what the preset
+    /// would give them, as llama-quantize's option of the same name (quantized presets only;
+    /// repeat it for more patterns), e.g. `--tensor-type attn_v=q8_0`
+    #[arg(long = "tensor-type", value_name = "PATTERN=TYPE")]
+    pub tensor_types: Vec<String>,
+    /// A file of `--tensor-type` entries, separated by whitespace, after those given on the
+    /// command line
+    #[arg(long, value_name = "FILE")]
+    pub tensor_type_file: Option<PathBuf>,
+    /// Copy `output.weight` as it is, neither quantized nor requantized
+    #[arg(long)]
+    pub leave_output_tensor: bool,
     /// An importance matrix (llama-imatrix's GGUF, or `synaptix imatrix`'s): the quantizers
     /// weigh each column's error by it, as llama-quantize's `--imatrix` does
     #[arg(long, value_name = "FILE")]
@@ -329,6 +342,8 @@ struct Mixer<'p> {
     /// `--output-tensor-type`, `--token-embedding-type`.
     output_tensor_type: Option<DType>,
     token_embedding_type: Option<DType>,
+    /// `--tensor-type` patterns and their types, in the order given.
+    overrides: Vec<(regex::Regex, DType)>,
 }
 
 fn is_attn_v(name: &str) -> bool {
@@ -358,6 +373,11 @@ impl Mixer<'_> {
         let quantized = !matches!(base, DType::F32 | DType::F16 | DType::BF16);
         if !quantized {
             return base;
+        }
+        // A named type replaces the mixture's choice (and the matrix does not count in the
+        // mixture's layer counters), as in llama-quantize.
+        if let Some((_, t)) = self.overrides.iter().find(|(p, _)| p.is_match(name)) {
+            return type_for_rows(*t, cols);
         }
         let mut ty = base;
         if !self.pure {
@@ -466,6 +486,40 @@ fn tensor_type(flag: &str, name: &Option<String>) -> Result<Option<DType>> {
         })
 }
 
+/// `--tensor-type` entries, then `--tensor-type-file`'s: `PATTERN=TYPE`, the pattern
+/// lower-cased, as llama-quantize parses them.
+fn tensor_type_overrides(a: &QuantizeArgs) -> Result<Vec<(regex::Regex, DType)>> {
+    let mut entries = a.tensor_types.clone();
+    if let Some(path) = &a.tensor_type_file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read --tensor-type-file {}", path.display()))?;
+        entries.extend(text.split_whitespace().map(str::to_string));
+    }
+    entries
+        .iter()
+        .map(|entry| {
+            let Some((pattern, ty)) = entry.split_once('=') else {
+                bail!("--tensor-type {entry}: expected PATTERN=TYPE (e.g. attn_v=q8_0)");
+            };
+            if pattern.is_empty() || ty.is_empty() {
+                bail!("--tensor-type {entry}: expected PATTERN=TYPE (e.g. attn_v=q8_0)");
+            }
+            let regex = regex::Regex::new(&pattern.to_lowercase()).map_err(|e| {
+                // The parser's message spans lines; errors here are one line.
+                let why = e
+                    .to_string()
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                anyhow::anyhow!("--tensor-type {entry}: not a regular expression ({why})")
+            })?;
+            let dtype = tensor_type("--tensor-type", &Some(ty.to_string()))?
+                .with_context(|| format!("--tensor-type {entry}: no type"))?;
+            Ok((regex, dtype))
+        })
+        .collect()
+}
+
 /// What happens to one tensor.
 struct Plan {
     dtype: DType,
@@ -523,6 +577,7 @@ pub fn run(mut a: QuantizeArgs) -> Result<()> {
         tied: !order.iter().any(|t| t.name == "output.weight"),
         output_tensor_type: tensor_type("--output-tensor-type", &a.output_tensor_type)?,
         token_embedding_type: tensor_type("--token-embedding-type", &a.token_embedding_type)?,
+        overrides: tensor_type_overrides(&a)?,
     };
     let imatrix = match &a.imatrix {
         Some(path) => Some(
@@ -535,14 +590,16 @@ pub fn run(mut a: QuantizeArgs) -> Result<()> {
     let mut plans = Vec::with_capacity(order.len());
     // Matrices whose rows do not fit the type they would get, and the type they get instead.
     let mut fallbacks = Vec::new();
+    let converted =
+        |t: &TensorInfo| converts(t) && !(a.leave_output_tensor && t.name == "output.weight");
     for &t in &order {
         let cols = t.shape.dims().last().copied().unwrap_or(0);
-        let dtype = if converts(t) {
+        let dtype = if converted(t) {
             mixer.choose(&t.name, cols)
         } else {
             t.dtype
         };
-        if converts(t) && !cols.is_multiple_of(preset.dtype.block_len()) {
+        if converted(t) && !cols.is_multiple_of(preset.dtype.block_len()) {
             fallbacks.push(format!("{} ({cols} columns): {dtype}", t.name));
         }
         let convert = dtype != t.dtype;

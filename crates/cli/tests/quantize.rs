@@ -823,6 +823,27 @@ fn qwen_with_a_llama_imatrix_matches_llama_quantize() {
         );
         assert_eq!(sha256(&dir.join(&out)), want, "{dtype}");
     }
+    // A named type for the first attention values only (so the mixture's count of them, which
+    // decides which later ones get Q6_K, starts at the second) and for the FFN up and gate
+    // matrices: llama-quantize's file.
+    synaptix_in(
+        &dir,
+        &[
+            "quantize",
+            "qwen-f16.gguf",
+            "named.gguf",
+            "--type",
+            "q4_k_m",
+            "--tensor-type",
+            r"blk\.0\.attn_v=q8_0",
+            "--tensor-type",
+            "ffn_(up|gate)=q5_0",
+        ],
+    );
+    assert_eq!(
+        sha256(&dir.join("named.gguf")),
+        "3aafcff7122c3dbb9de259d0f3b287023e50d9c04435d268af8921983f68d6e9"
+    );
     // Q2_K_S without a matrix is refused, as llama-quantize refuses it, and writes nothing.
     let refused = synaptix(&[
         "quantize",
@@ -980,5 +1001,83 @@ fn imatrix_counts_experts_rows() {
         "{}",
         String::from_utf8_lossy(&run.stderr)
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// llama-quantize's `--tensor-type`, `--tensor-type-file` and `--leave-output-tensor` on the tiny
+/// synthetic llama: the same files as llama-quantize's (a pattern's match replaces the mixture's
+/// choice, patterns lower-cased; the output matrix copied as it is). Malformed entries are
+/// one-line errors that write nothing.
+#[test]
+fn tensor_type_overrides_match_llama_quantize() {
+    let tiny = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/synthetic/llama-tiny.gguf");
+    let dir = scratch("tensor-type");
+    let kept = dir.join("kept.gguf");
+    quantize(
+        &tiny,
+        &kept,
+        "q4_0",
+        &["--allow-requantize", "--leave-output-tensor"],
+    );
+    assert_eq!(
+        sha256(&kept),
+        "7e30877cf304f063d2253602a08d347f812399a62b23b4acc4c96138be615ee7"
+    );
+    let list = dir.join("types.txt");
+    std::fs::write(&list, "attn_q=q8_0\n  blk\\.1\\.ffn_down=Q5_1\n").unwrap();
+    let named = dir.join("named.gguf");
+    quantize(
+        &tiny,
+        &named,
+        "q4_k_m",
+        &[
+            "--allow-requantize",
+            "--tensor-type-file",
+            list.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        sha256(&named),
+        "7d191ff05f23a6c87fc15127f352f43cb97d40c9fddb09f937dee71efec30a51"
+    );
+    // The same entries on the command line give the same file.
+    let inline = dir.join("inline.gguf");
+    quantize(
+        &tiny,
+        &inline,
+        "q4_k_m",
+        &[
+            "--allow-requantize",
+            "--tensor-type",
+            "attn_q=q8_0",
+            "--tensor-type",
+            r"blk\.1\.ffn_down=q5_1",
+        ],
+    );
+    assert_eq!(sha256(&inline), sha256(&named));
+    for (entry, says) in [
+        ("attn_v", "expected PATTERN=TYPE"),
+        ("attn_v=", "expected PATTERN=TYPE"),
+        ("attn_v=q9_9", "not a type synaptix quantizes to"),
+        ("(=q8_0", "not a regular expression"),
+    ] {
+        let out = dir.join("refused.gguf");
+        let run = synaptix(&[
+            "quantize",
+            tiny.to_str().unwrap(),
+            out.to_str().unwrap(),
+            "--type",
+            "q4_0",
+            "--allow-requantize",
+            "--tensor-type",
+            entry,
+        ]);
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(!run.status.success(), "{entry}");
+        assert!(stderr.contains(says), "{entry}: {stderr}");
+        assert_eq!(stderr.trim().lines().count(), 1, "{entry}: {stderr}");
+        assert!(!out.exists(), "{entry}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
