@@ -961,10 +961,24 @@ extern "C" __global__ void __launch_bounds__(EX_THREADS)
     }
 }
 
+// 1: the one-pass attention's copies of the KV cache carry an L2 evict-last policy, so that a
+// short cache stays in L2 from step to step instead of being evicted by the weights' stream (an
+// A/B switch for SYNAPTIX_KERNEL_DEFINES; the same bits either way).
+#ifndef ATTN_KV_KEEP
+#define ATTN_KV_KEEP 0
+#endif
 // 16 bytes from global to shared memory, asynchronously (L2 only).
 __device__ __forceinline__ void attn_cp_async16(void* dst, const void* src) {
     const u32 d = (u32)__cvta_generic_to_shared(dst);
+#if ATTN_KV_KEEP
+    asm volatile(
+        "{\n\t.reg .b64 pol;\n\tcreatepolicy.fractional.L2::evict_last.b64 pol, 1.0;\n\t"
+        "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, pol;\n\t}" ::"r"(d),
+        "l"(src)
+        : "memory");
+#else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
+#endif
 }
 
 // Decode steps whose every row attends at most `stage_rows` positions (the one-pass side of
