@@ -973,7 +973,7 @@ __device__ __forceinline__ void attn_cp_async16(void* dst, const void* src) {
 #if ATTN_KV_KEEP
     asm volatile(
         "{\n\t.reg .b64 pol;\n\tcreatepolicy.fractional.L2::evict_last.b64 pol, 1.0;\n\t"
-        "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, pol;\n\t}" ::"r"(d),
+        "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, 16, pol;\n\t}" ::"r"(d),
         "l"(src)
         : "memory");
 #else

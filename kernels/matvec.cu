@@ -2704,9 +2704,12 @@ extern "C" __global__ void q8_0_split(u8* __restrict__ out, const u8* __restrict
 // where they were used, each was a DRAM round trip queued behind the launch's own weight copies:
 // in the prologue, between the PDL wait and the quantized row, and at each warp's last row.
 // 0: the reads where they are used (an A/B switch for SYNAPTIX_KERNEL_DEFINES; the same bits).
+// Bits: 1 the norm weights, 2 the biases, 4 the residual.
 #ifndef Q8S_EARLY_SIDE
-#define Q8S_EARLY_SIDE 1
+#define Q8S_EARLY_SIDE 7
 #endif
+#define Q8S_EARLY_NORM (Q8S_EARLY_SIDE & 1)
+#define Q8S_EARLY_ROWS (Q8S_EARLY_SIDE & 6)
 // 1: those early reads of weights (norm weights, biases) also carry an L2 evict-last policy, so
 // that they stay in L2 from step to step instead of being evicted by the weights' stream (a few
 // hundred KB a model against tens of MB of L2). 0: plain reads.
@@ -2767,7 +2770,7 @@ __device__ __forceinline__ void q8s_read_norm_weights(q8s_norm_weights& pre, con
     for (int r = 0; r < Q8S_ONE_LOAD_ROUNDS; ++r) pre.wv[r] = 0.0f;
     if (q8s_quad_prologue<QUAD>(x, k)) {
         if ((int)threadIdx.x < k / 4) pre.g = q8s_side_load4((const float4*)nw + threadIdx.x);
-    } else if (q8s_one_load_prologue(x, k)) {
+    } else if (!QUAD && q8s_one_load_prologue(x, k)) {  // the quad kernel's other rows read theirs late
 #pragma unroll
         for (int r = 0; r < Q8S_ONE_LOAD_ROUNDS; ++r) {
             const int bb = warp + r * n_warps;
@@ -2826,7 +2829,7 @@ __device__ __forceinline__ void q8s_acts_to_shared(u8* aq, float* ad, const u8* 
         for (int r = 0; r < Q8S_ONE_LOAD_ROUNDS; ++r) {
             const int bb = warp + r * n_warps;
             xv[r] = bb < nb ? x[bb * 32 + lane] : 0.0f;
-            wv[r] = pre ? pre->wv[r] : (bb < nb ? nw[bb * 32 + lane] : 0.0f);
+            wv[r] = pre && !QUAD ? pre->wv[r] : (bb < nb ? nw[bb * 32 + lane] : 0.0f);
         }
 #pragma unroll
         for (int r = 0; r < Q8S_ONE_LOAD_ROUNDS; ++r) ss += (double)__fmul_rn(xv[r], xv[r]);
@@ -2920,14 +2923,16 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
             issue_row += n_warps;
         }
     };
-#if Q8S_EARLY_SIDE
-    // Lane j holds the bias and the residual of the warp's j-th row (j < 32; later rows, which only
-    // an output head has, read theirs at the end).
+#if Q8S_EARLY_NORM
     q8s_norm_weights norm_w;
     q8s_read_norm_weights<QUAD>(norm_w, x, nw, k);
+#endif
+#if Q8S_EARLY_ROWS
+    // Lane j holds the bias and the residual of the warp's j-th row (j < 32; later rows, which only
+    // an output head has, read theirs at the end).
     float side_bias = 0.0f, side_residual = 0.0f;
     const int side_row = r0 + warp + lane * n_warps;
-    if (lane < my_rows) {
+    if ((Q8S_EARLY_SIDE & 2) && lane < my_rows) {
         const int s = sg.seg(side_row);
         if (sg.bias(s)) side_bias = q8s_side_load(sg.bias(s) + (side_row - sg.first(s)));
     }
@@ -2942,10 +2947,12 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
 #if defined(KTRACE)
     kt1 = ktrace_now();
 #endif
-#if Q8S_EARLY_SIDE
+#if Q8S_EARLY_SIDE & 4
     // The residual (one matrix only, so a row's index is its global row) may be the previous
     // launch's output: read after the wait.
     if (residual && lane < my_rows) side_residual = residual[side_row];
+#endif
+#if Q8S_EARLY_NORM
     q8s_acts_to_shared<QUAD>(aq, ad, acts, meta, k, x, nw, eps, &norm_w);
 #else
     q8s_acts_to_shared<QUAD>(aq, ad, acts, meta, k, x, nw, eps);
@@ -3028,16 +3035,17 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
                 acc = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(acc, t.x), t.y), t.z), t.w);
             }
         }
-#if Q8S_EARLY_SIDE
+#if Q8S_EARLY_ROWS
         if (in_row == per_row - 1) {  // warp-uniform
             const int i = row / n_warps;  // the row's index among the warp's
             const float vb = __shfl_sync(MV_FULL, side_bias, i & 31);
             const float vr = __shfl_sync(MV_FULL, side_residual, i & 31);
             if (lane == 0) {
                 const int grow = r0 + row, sgi = sg.seg(grow), lr = grow - sg.first(sgi);
+                const bool early_b = (Q8S_EARLY_SIDE & 2) && i < 32, early_r = (Q8S_EARLY_SIDE & 4) && i < 32;
                 float out = acc;
-                if (const float* bias = sg.bias(sgi)) out = __fadd_rn(out, i < 32 ? vb : bias[lr]);
-                if (residual) out = __fadd_rn(i < 32 ? vr : residual[lr], out);
+                if (const float* bias = sg.bias(sgi)) out = __fadd_rn(out, early_b ? vb : bias[lr]);
+                if (residual) out = __fadd_rn(early_r ? vr : residual[lr], out);
                 sg.y(sgi)[lr] = out;
                 if constexpr (PICK) argmax_take(best_v, best_i, out, grow);
             }
