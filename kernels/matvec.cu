@@ -2704,7 +2704,8 @@ extern "C" __global__ void q8_0_split(u8* __restrict__ out, const u8* __restrict
 // where they were used, each was a DRAM round trip queued behind the launch's own weight copies:
 // in the prologue, between the PDL wait and the quantized row, and at each warp's last row.
 // 0: the reads where they are used (an A/B switch for SYNAPTIX_KERNEL_DEFINES; the same bits).
-// Bits: 1 the norm weights, 2 the biases, 4 the residual.
+// Bits: 1 the norm weights, 2 the biases, 4 the residual; 8: the norm weights and biases read
+// after the ring's first copies are issued instead of before.
 #ifndef Q8S_EARLY_SIDE
 #define Q8S_EARLY_SIDE 7
 #endif
@@ -2925,23 +2926,32 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
     };
 #if Q8S_EARLY_NORM
     q8s_norm_weights norm_w;
-    q8s_read_norm_weights<QUAD>(norm_w, x, nw, k);
 #endif
 #if Q8S_EARLY_ROWS
     // Lane j holds the bias and the residual of the warp's j-th row (j < 32; later rows, which only
     // an output head has, read theirs at the end).
     float side_bias = 0.0f, side_residual = 0.0f;
     const int side_row = r0 + warp + lane * n_warps;
-    if ((Q8S_EARLY_SIDE & 2) && lane < my_rows) {
-        const int s = sg.seg(side_row);
-        if (sg.bias(s)) side_bias = q8s_side_load(sg.bias(s) + (side_row - sg.first(s)));
-    }
 #endif
+    auto read_side = [&]() {
+#if Q8S_EARLY_NORM
+        q8s_read_norm_weights<QUAD>(norm_w, x, nw, k);
+#endif
+#if Q8S_EARLY_ROWS
+        if ((Q8S_EARLY_SIDE & 2) && lane < my_rows) {
+            const int s = sg.seg(side_row);
+            if (sg.bias(s)) side_bias = q8s_side_load(sg.bias(s) + (side_row - sg.first(s)));
+        }
+#endif
+    };
+    // Bit 8: the side reads after the ring's first copies are issued, not before.
+    if (!(Q8S_EARLY_SIDE & 8)) read_side();
     if (lane == 0) {
         for (int s = 0; s < stages; ++s) mvb_bar_init(bars + 8u * s);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         for (int c = 0; c < min(stages, n_chunks); ++c) issue_next(c);
     }
+    if (Q8S_EARLY_SIDE & 8) read_side();
     PDL_WAIT();
     PDL_TRIGGER();
 #if defined(KTRACE)
