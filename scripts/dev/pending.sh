@@ -20,6 +20,5 @@ env $D=ATTN_WARP_SOFTMAX=1 .dev/bin/gpu_parity attention > "$O/gpu_parity_ws.txt
 grep -E "test result|FAILED|panicked" "$O/gpu_parity_ws.txt" | head -8
 echo "tests $(( $(date +%s) - t0 )) s"
 bash scripts/dev/ab.sh "$M/7b-q8_0.gguf" 2 - "$D=Q8S_EARLY_SIDE=0" "$D=Q8S_EARLY_SIDE=1" \
-  "$D=Q8S_EARLY_SIDE=2" "$D=Q8S_EARLY_SIDE=4" "$D=Q8S_EARLY_SIDE=6" "$D=Q8S_EARLY_SIDE=15" "$D=ATTN_WARP_SOFTMAX=1" \
-  "$D=ATTN_KV_KEEP=1" "$D=ATTN_KV_KEEP=1 SYNAPTIX_L2_PERSIST_KIB=16384"
+  "$D=Q8S_EARLY_SIDE=6" "$D=Q8S_EARLY_SIDE=15" "$D=ATTN_WARP_SOFTMAX=1" "$D=ATTN_KV_KEEP=1"
 echo "total $(( $(date +%s) - t0 )) s"
