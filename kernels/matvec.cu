@@ -2697,17 +2697,17 @@ extern "C" __global__ void q8_0_split(u8* __restrict__ out, const u8* __restrict
 }
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-// 1: `matvec_q8s` reads its side inputs (the RMSNorm weights of its prologue, the bias of its
-// rows) before it issues its ring's copies and waits for the previous launch, and the residual of
-// its rows right after the wait, instead of each where it is used. Those reads miss the L2 (the
+// Nonzero: `matvec_q8s` reads side inputs early, bits 1 the RMSNorm weights of its prologue and
+// 2 the biases of its rows before it issues its ring's copies and waits for the previous launch,
+// 4 the residual of its rows right after the wait, instead of each where it is used; 8: bits 1
+// and 2 after the ring's first copies instead of before. The idea: those reads miss the L2 (the
 // step streams many times its size of weights between two reads of a layer's norm weights), so
-// where they were used, each was a DRAM round trip queued behind the launch's own weight copies:
-// in the prologue, between the PDL wait and the quantized row, and at each warp's last row.
-// 0: the reads where they are used (an A/B switch for SYNAPTIX_KERNEL_DEFINES; the same bits).
-// Bits: 1 the norm weights, 2 the biases, 4 the residual; 8: the norm weights and biases read
-// after the ring's first copies are issued instead of before.
+// where they are used each is a DRAM round trip queued behind the launch's own weight copies,
+// in the prologue and at each warp's last row. 0 (the default): the reads where they are used,
+// the code measured before (an A/B switch for SYNAPTIX_KERNEL_DEFINES; the same bits). Bits 1, 2
+// and 4 together measured 2% slower at 7B Q8_0 on an H100 (docs/cuda.md, twenty-ninth pass).
 #ifndef Q8S_EARLY_SIDE
-#define Q8S_EARLY_SIDE 7
+#define Q8S_EARLY_SIDE 0
 #endif
 #define Q8S_EARLY_NORM (Q8S_EARLY_SIDE & 1)
 #define Q8S_EARLY_ROWS (Q8S_EARLY_SIDE & 6)
@@ -2789,15 +2789,22 @@ __device__ __forceinline__ void q8s_acts_to_shared(u8* aq, float* ad, const u8* 
     // QUAD (`matvec_q8s_quad`), rows of at most four values a thread: thread t normalises values
     // 4t .. 4t + 3 and quantizes them with the seven other threads of their block (one round
     // instead of a block a warp in up to four rounds, each a chain of shuffles and divisions).
-    if (q8s_quad_prologue<QUAD>(x, k)) {
+    if (QUAD && x && k / 4 <= (int)blockDim.x) {
         const int t = threadIdx.x;
         const bool in = t < k / 4;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f), g = v;
-        if (pre) g = pre->g;
+#if Q8S_EARLY_NORM
+        if (pre) g = pre->g;  // (matvec_q8p reads its own)
         if (in) {
             v = ((const float4*)x)[t];
             if (!pre) g = ((const float4*)nw)[t];
         }
+#else
+        if (in) {
+            v = ((const float4*)x)[t];
+            g = ((const float4*)nw)[t];
+        }
+#endif
         double ss = (double)__fmul_rn(v.x, v.x) + (double)__fmul_rn(v.y, v.y) + (double)__fmul_rn(v.z, v.z) +
                     (double)__fmul_rn(v.w, v.w);
         ss = block_sum_f64(ss);
@@ -2823,14 +2830,18 @@ __device__ __forceinline__ void q8s_acts_to_shared(u8* aq, float* ad, const u8* 
     // Each lane reads the values it quantizes (block warp + r·n_warps, value `lane`) and their
     // norm weights once, before the block's sum of squares, instead of again after it (one L2
     // round trip a round on the path).
-    if (q8s_one_load_prologue(x, k)) {
+    if (x && nb <= Q8S_ONE_LOAD_ROUNDS * n_warps) {
         float xv[Q8S_ONE_LOAD_ROUNDS], wv[Q8S_ONE_LOAD_ROUNDS];
         double ss = 0.0;
 #pragma unroll
         for (int r = 0; r < Q8S_ONE_LOAD_ROUNDS; ++r) {
             const int bb = warp + r * n_warps;
             xv[r] = bb < nb ? x[bb * 32 + lane] : 0.0f;
-            wv[r] = pre && !QUAD ? pre->wv[r] : (bb < nb ? nw[bb * 32 + lane] : 0.0f);
+#if Q8S_EARLY_NORM
+            wv[r] = !QUAD && pre ? pre->wv[r] : (bb < nb ? nw[bb * 32 + lane] : 0.0f);
+#else
+            wv[r] = bb < nb ? nw[bb * 32 + lane] : 0.0f;
+#endif
         }
 #pragma unroll
         for (int r = 0; r < Q8S_ONE_LOAD_ROUNDS; ++r) ss += (double)__fmul_rn(xv[r], xv[r]);
