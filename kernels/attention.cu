@@ -12,17 +12,6 @@
 // t % KV_PAGE; a page holds [n_kv_heads, KV_PAGE, hd] f16 values.
 #define KV_PAGE 16
 
-// 1: the one-pass attention's copies of the KV cache carry an L2 evict-last policy, so that a
-// short cache stays in L2 from step to step instead of being evicted by the weights' stream (an
-// A/B switch for SYNAPTIX_KERNEL_DEFINES; the same bits either way).
-#ifndef ATTN_KV_KEEP
-#define ATTN_KV_KEEP 0
-#endif
-// 1: attention_short's softmax by every warp for itself (see there); 0: block reductions.
-#ifndef ATTN_WARP_SOFTMAX
-#define ATTN_WARP_SOFTMAX 0
-#endif
-
 __device__ __forceinline__ i64 kv_index(const i32* table, int t, int h, int d, int n_kv_heads, int hd) {
     const i64 page = table[t / KV_PAGE];
     return ((page * n_kv_heads + h) * KV_PAGE + t % KV_PAGE) * (i64)hd + d;
@@ -249,26 +238,6 @@ __device__ float attention_short(float* out_h, const float* qh, const u16* k, co
     }
     __syncthreads();
     ATTN_MARK(0);
-#if ATTN_WARP_SOFTMAX
-    // Every warp takes the max and the sum of exps over all n scores itself (the same values:
-    // the max is exact, the sum the same f64 additions of the same groups' f32 sums, regrouped
-    // only past 128 positions), and each P·V thread computes the probabilities it uses: no block
-    // reduction and no barrier between the scores and P·V.
-    float mx = -INFINITY;
-    for (int i = threadIdx.x % WARP; i < n; i += WARP) mx = fmaxf(mx, s[i]);
-    mx = warp_max(mx);
-    double sum = 0.0;
-    for (int g = threadIdx.x % WARP; g < n / 4; g += WARP) {
-        float e[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) e[j] = ggml_expf(__fsub_rn(s[4 * g + j], mx));
-        sum += (double)__fadd_rn(__fadd_rn(e[0], e[1]), __fadd_rn(e[2], e[3]));
-    }
-    sum = warp_sum_f64(sum);
-    const float inv = (float)(1.0 / sum);
-#define ATTN_PROB(i) f16_to_f32(f32_to_f16(__fmul_rn(ggml_expf(__fsub_rn(s[i], mx)), inv)))
-#else
-#define ATTN_PROB(i) s[i]
     float mx = -INFINITY;
     for (int i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, s[i]);
     mx = block_max(mx);
@@ -287,7 +256,6 @@ __device__ float attention_short(float* out_h, const float* qh, const u16* k, co
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += blockDim.x) s[i] = f16_to_f32(f32_to_f16(__fmul_rn(s[i], inv)));
     __syncthreads();
-#endif
     ATTN_MARK(1);
     // P·V: thread (slot, sub) sums d0 .. d0 + 7 over positions first + slot, + slots, ... in f64;
     // the slots are then added in order.
@@ -305,7 +273,7 @@ __device__ float attention_short(float* out_h, const float* qh, const u16* k, co
         for (int j = 0; j < 4; ++j) {
             const int t = t0 + j * slots;
             if (t > p) break;
-            const float pr = ATTN_PROB(t - base);
+            const float pr = s[t - base];
             const u32 h[4] = {w[j].x, w[j].y, w[j].z, w[j].w};
 #pragma unroll
             for (int e = 0; e < 8; ++e) acc[e] += (double)__fmul_rn(f16_to_f32((u16)(h[e / 2] >> (16 * (e % 2)))), pr);
@@ -996,15 +964,7 @@ extern "C" __global__ void __launch_bounds__(EX_THREADS)
 // 16 bytes from global to shared memory, asynchronously (L2 only).
 __device__ __forceinline__ void attn_cp_async16(void* dst, const void* src) {
     const u32 d = (u32)__cvta_generic_to_shared(dst);
-#if ATTN_KV_KEEP
-    asm volatile(
-        "{\n\t.reg .b64 pol;\n\tcreatepolicy.fractional.L2::evict_last.b64 pol, 1.0;\n\t"
-        "cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, 16, pol;\n\t}" ::"r"(d),
-        "l"(src)
-        : "memory");
-#else
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(src) : "memory");
-#endif
 }
 
 // Decode steps whose every row attends at most `stage_rows` positions (the one-pass side of

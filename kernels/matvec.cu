@@ -2697,51 +2697,6 @@ extern "C" __global__ void q8_0_split(u8* __restrict__ out, const u8* __restrict
 }
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
-// Nonzero: `matvec_q8s` reads side inputs early, bits 1 the RMSNorm weights of its prologue and
-// 2 the biases of its rows before it issues its ring's copies and waits for the previous launch,
-// 4 the residual of its rows right after the wait, instead of each where it is used; 8: bits 1
-// and 2 after the ring's first copies instead of before. The idea: those reads miss the L2 (the
-// step streams many times its size of weights between two reads of a layer's norm weights), so
-// where they are used each is a DRAM round trip queued behind the launch's own weight copies,
-// in the prologue and at each warp's last row. 0 (the default): the reads where they are used,
-// the code measured before (an A/B switch for SYNAPTIX_KERNEL_DEFINES; the same bits). Bits 1, 2
-// and 4 together measured 2% slower at 7B Q8_0 on an H100 (docs/cuda.md, twenty-ninth pass).
-#ifndef Q8S_EARLY_SIDE
-#define Q8S_EARLY_SIDE 0
-#endif
-#define Q8S_EARLY_NORM (Q8S_EARLY_SIDE & 1)
-#define Q8S_EARLY_ROWS (Q8S_EARLY_SIDE & 6)
-// 1: those early reads of weights (norm weights, biases) also carry an L2 evict-last policy, so
-// that they stay in L2 from step to step instead of being evicted by the weights' stream (a few
-// hundred KB a model against tens of MB of L2). 0: plain reads.
-#ifndef Q8S_SIDE_KEEP
-#define Q8S_SIDE_KEEP 0
-#endif
-__device__ __forceinline__ float q8s_side_load(const float* p) {
-#if Q8S_SIDE_KEEP && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
-    float v;
-    asm("{\n\t.reg .b64 pol;\n\tcreatepolicy.fractional.L2::evict_last.b64 pol, 1.0;\n\t"
-        "ld.global.nc.L2::cache_hint.f32 %0, [%1], pol;\n\t}"
-        : "=f"(v)
-        : "l"(p));
-    return v;
-#else
-    return __ldg(p);
-#endif
-}
-__device__ __forceinline__ float4 q8s_side_load4(const float4* p) {
-#if Q8S_SIDE_KEEP && defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 800)
-    float4 v;
-    asm("{\n\t.reg .b64 pol;\n\tcreatepolicy.fractional.L2::evict_last.b64 pol, 1.0;\n\t"
-        "ld.global.nc.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], pol;\n\t}"
-        : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-        : "l"(p));
-    return v;
-#else
-    return __ldg(p);
-#endif
-}
-
 // The activation row of `matvec_q8s` / `matvec_q8p` into shared memory in the split layout:
 // quants at `aq` (k bytes: each group of 16 blocks as its blocks' first halves, then their second
 // halves), scales at `ad` as f32. With `x`, the block normalises the raw row x with weight `nw`
@@ -2749,41 +2704,10 @@ __device__ __forceinline__ float4 q8s_side_load4(const float4* p) {
 // at a time (quantize.cu's arithmetic), d as the f16 the CPU stores; otherwise it rearranges the
 // quantized row `acts` (Q8_0 metadata at `meta`: half bits of d first). Every thread of the block
 // calls it; the caller synchronises the block before reading.
-// The norm weights a thread of `q8s_acts_to_shared` multiplies by, read ahead (Q8S_EARLY_SIDE):
-// QUAD's float4 of the thread's four values, or the one-load rounds' value a round.
-struct q8s_norm_weights {
-    float4 g;
-    float wv[Q8S_ONE_LOAD_ROUNDS];
-};
-template <bool QUAD>
-__device__ __forceinline__ bool q8s_quad_prologue(const float* x, int k) {
-    return QUAD && x && k / 4 <= (int)blockDim.x;
-}
-__device__ __forceinline__ bool q8s_one_load_prologue(const float* x, int k) {
-    return Q8S_ONE_LOAD && x && k / 32 <= Q8S_ONE_LOAD_ROUNDS * (int)(blockDim.x / WARP);
-}
-template <bool QUAD>
-__device__ __forceinline__ void q8s_read_norm_weights(q8s_norm_weights& pre, const float* __restrict__ x,
-                                                      const float* __restrict__ nw, int k) {
-    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, n_warps = blockDim.x / WARP;
-    pre.g = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-    for (int r = 0; r < Q8S_ONE_LOAD_ROUNDS; ++r) pre.wv[r] = 0.0f;
-    if (q8s_quad_prologue<QUAD>(x, k)) {
-        if ((int)threadIdx.x < k / 4) pre.g = q8s_side_load4((const float4*)nw + threadIdx.x);
-    } else if (!QUAD && q8s_one_load_prologue(x, k)) {  // the quad kernel's other rows read theirs late
-#pragma unroll
-        for (int r = 0; r < Q8S_ONE_LOAD_ROUNDS; ++r) {
-            const int bb = warp + r * n_warps;
-            if (bb < k / 32) pre.wv[r] = q8s_side_load(nw + bb * 32 + lane);
-        }
-    }
-}
-
 template <bool QUAD>
 __device__ __forceinline__ void q8s_acts_to_shared(u8* aq, float* ad, const u8* __restrict__ acts, i64 meta, int k,
                                                    const float* __restrict__ x, const float* __restrict__ nw,
-                                                   float eps, const q8s_norm_weights* pre = nullptr) {
+                                                   float eps) {
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, n_warps = blockDim.x / WARP;
     const int nb = k / 32;
     // QUAD (`matvec_q8s_quad`), rows of at most four values a thread: thread t normalises values
@@ -2793,18 +2717,10 @@ __device__ __forceinline__ void q8s_acts_to_shared(u8* aq, float* ad, const u8* 
         const int t = threadIdx.x;
         const bool in = t < k / 4;
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f), g = v;
-#if Q8S_EARLY_NORM
-        if (pre) g = pre->g;  // (matvec_q8p reads its own)
-        if (in) {
-            v = ((const float4*)x)[t];
-            if (!pre) g = ((const float4*)nw)[t];
-        }
-#else
         if (in) {
             v = ((const float4*)x)[t];
             g = ((const float4*)nw)[t];
         }
-#endif
         double ss = (double)__fmul_rn(v.x, v.x) + (double)__fmul_rn(v.y, v.y) + (double)__fmul_rn(v.z, v.z) +
                     (double)__fmul_rn(v.w, v.w);
         ss = block_sum_f64(ss);
@@ -2837,11 +2753,7 @@ __device__ __forceinline__ void q8s_acts_to_shared(u8* aq, float* ad, const u8* 
         for (int r = 0; r < Q8S_ONE_LOAD_ROUNDS; ++r) {
             const int bb = warp + r * n_warps;
             xv[r] = bb < nb ? x[bb * 32 + lane] : 0.0f;
-#if Q8S_EARLY_NORM
-            wv[r] = !QUAD && pre ? pre->wv[r] : (bb < nb ? nw[bb * 32 + lane] : 0.0f);
-#else
             wv[r] = bb < nb ? nw[bb * 32 + lane] : 0.0f;
-#endif
         }
 #pragma unroll
         for (int r = 0; r < Q8S_ONE_LOAD_ROUNDS; ++r) ss += (double)__fmul_rn(xv[r], xv[r]);
@@ -2935,49 +2847,17 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
             issue_row += n_warps;
         }
     };
-#if Q8S_EARLY_NORM
-    q8s_norm_weights norm_w;
-#endif
-#if Q8S_EARLY_ROWS
-    // Lane j holds the bias and the residual of the warp's j-th row (j < 32; later rows, which only
-    // an output head has, read theirs at the end).
-    float side_bias = 0.0f, side_residual = 0.0f;
-    const int side_row = r0 + warp + lane * n_warps;
-#endif
-    auto read_side = [&]() {
-#if Q8S_EARLY_NORM
-        q8s_read_norm_weights<QUAD>(norm_w, x, nw, k);
-#endif
-#if Q8S_EARLY_ROWS
-        if ((Q8S_EARLY_SIDE & 2) && lane < my_rows) {
-            const int s = sg.seg(side_row);
-            if (sg.bias(s)) side_bias = q8s_side_load(sg.bias(s) + (side_row - sg.first(s)));
-        }
-#endif
-    };
-    // Bit 8: the side reads after the ring's first copies are issued, not before.
-    if (!(Q8S_EARLY_SIDE & 8)) read_side();
     if (lane == 0) {
         for (int s = 0; s < stages; ++s) mvb_bar_init(bars + 8u * s);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         for (int c = 0; c < min(stages, n_chunks); ++c) issue_next(c);
     }
-    if (Q8S_EARLY_SIDE & 8) read_side();
     PDL_WAIT();
     PDL_TRIGGER();
 #if defined(KTRACE)
     kt1 = ktrace_now();
 #endif
-#if Q8S_EARLY_SIDE & 4
-    // The residual (one matrix only, so a row's index is its global row) may be the previous
-    // launch's output: read after the wait.
-    if (residual && lane < my_rows) side_residual = residual[side_row];
-#endif
-#if Q8S_EARLY_NORM
-    q8s_acts_to_shared<QUAD>(aq, ad, acts, meta, k, x, nw, eps, &norm_w);
-#else
     q8s_acts_to_shared<QUAD>(aq, ad, acts, meta, k, x, nw, eps);
-#endif
     __syncthreads();
 #if defined(KTRACE)
     kt2 = ktrace_now();
@@ -3056,29 +2936,12 @@ __device__ void matvec_q8s(const mv_segs sg, const u8* __restrict__ acts, i64 me
                 acc = __fadd_rn(__fadd_rn(__fadd_rn(__fadd_rn(acc, t.x), t.y), t.z), t.w);
             }
         }
-#if Q8S_EARLY_ROWS
-        if (in_row == per_row - 1) {  // warp-uniform
-            const int i = row / n_warps;  // the row's index among the warp's
-            const float vb = __shfl_sync(MV_FULL, side_bias, i & 31);
-            const float vr = __shfl_sync(MV_FULL, side_residual, i & 31);
-            if (lane == 0) {
-                const int grow = r0 + row, sgi = sg.seg(grow), lr = grow - sg.first(sgi);
-                const bool early_b = (Q8S_EARLY_SIDE & 2) && i < 32, early_r = (Q8S_EARLY_SIDE & 4) && i < 32;
-                float out = acc;
-                if (const float* bias = sg.bias(sgi)) out = __fadd_rn(out, early_b ? vb : bias[lr]);
-                if (residual) out = __fadd_rn(early_r ? vr : residual[lr], out);
-                sg.y(sgi)[lr] = out;
-                if constexpr (PICK) argmax_take(best_v, best_i, out, grow);
-            }
-        }
-#else
         if (lane == 0 && in_row == per_row - 1) {
             const int grow = r0 + row, sgi = sg.seg(grow), lr = grow - sg.first(sgi);
             const float out = mv_epilogue(acc, sg.bias(sgi), residual, lr, lr);
             sg.y(sgi)[lr] = out;
             if constexpr (PICK) argmax_take(best_v, best_i, out, grow);
         }
-#endif
         __syncwarp();  // lane 0 has read the terms before they are rewritten
         if (++in_row == per_row) {
             in_row = 0;

@@ -87,17 +87,6 @@ impl CudaDevice {
                 bytes,
             )?;
         }
-        // Developer switch: an L2 set-aside for persisting (evict-last) accesses, in KiB, for
-        // kernels compiled with such accesses (docs/cuda.md, twenty-ninth pass).
-        if let Some(kib) = std::env::var("SYNAPTIX_L2_PERSIST_KIB")
-            .ok()
-            .and_then(|v| v.parse::<usize>().ok())
-        {
-            ctx.set_limit(
-                cudarc::driver::sys::CUlimit::CU_LIMIT_PERSISTING_L2_CACHE_SIZE,
-                kib * 1024,
-            )?;
-        }
         let pdl_supported = crate::launch::pdl_supported(info.compute_capability, driver_version);
         let pdl = pdl_supported && !crate::launch::pdl_disabled_by_env();
         let (prep, created) = KernelPrep::for_arch(&info.arch());

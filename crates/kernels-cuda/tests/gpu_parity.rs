@@ -1175,8 +1175,7 @@ fn matvec_epilogue_adds_bias_then_residual_like_the_cpu() {
         return;
     };
     // Q8_0 with 4864 and 1056 columns: from its split copy on Hopper (rows of two copies, a
-    // partial group); 140,000 rows give some warps more than 32 rows, past the bias and residual
-    // the split-copy kernel reads ahead (one row a lane).
+    // partial group); 140,000 rows give each warp of the split-copy kernel more than 32 rows.
     let cases = [
         (DType::Q4_0, 512, 300),
         (DType::Q8_0, 512, 300),
