@@ -2209,8 +2209,19 @@ unsafe fn mxfp8_lane_tree(v: __m256) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)))
 }
 
+/// A block type whose float-activation kernel is a lane sum (MXFP8, SYMB4): `decode` gives a
+/// block's 8·N weights as N 8-lane vectors in element order, and the block's scale.
+trait LaneSumBlock<const N: usize> {
+    const BYTES: usize;
+    unsafe fn decode(block: &[u8]) -> ([__m256; N], f32);
+}
+
+/// The float-activation kernel of a [`LaneSumBlock`] type: each activation row's block term is the
+/// eight lanes' sums of the products in element order (0 + p first, as the scalar lanes start: it
+/// turns a -0 product into +0; multiplies and adds, never fused), MXFP8's lane tree, times the
+/// block's scale, added to the row's f32 sum in block order.
 #[inline(always)]
-unsafe fn mxfp8_block(
+unsafe fn lane_sum_blocks<const N: usize, B: LaneSumBlock<N>>(
     w: &[u8],
     row_bytes: usize,
     nrows: usize,
@@ -2218,20 +2229,18 @@ unsafe fn mxfp8_block(
     out: &mut [f32],
     stride: usize,
 ) {
-    use crate::quant::mx::{e8m0_value, BLOCK_BYTES, QK as MX_QK};
-    let nb = row_bytes / BLOCK_BYTES;
+    let nb = row_bytes / B::BYTES;
     let mut sums = [0f32; MAX_ACTS];
+    assert!(w.len() >= nrows * row_bytes);
     for j in 0..nrows {
         let row = w.as_ptr().add(j * row_bytes);
         for (g, group) in acts.chunks(MAX_ACTS).enumerate() {
             sums[..group.len()].fill(0.0);
             for b in 0..nb {
-                let block = row.add(b * BLOCK_BYTES);
-                let ws = mxfp8_weights(block.add(1));
-                let scale = e8m0_value(*block);
+                let block = core::slice::from_raw_parts(row.add(b * B::BYTES), B::BYTES);
+                let (ws, scale) = B::decode(block);
                 for (s, a) in sums.iter_mut().zip(group) {
-                    let x = a.vals.as_ptr().add(b * MX_QK);
-                    // 0 + p first, as the scalar lanes start (it turns a -0 product into +0).
+                    let x = a.vals.as_ptr().add(b * 8 * N);
                     let mut lanes = _mm256_add_ps(
                         _mm256_setzero_ps(),
                         _mm256_mul_ps(ws[0], _mm256_loadu_ps(x)),
@@ -2248,6 +2257,30 @@ unsafe fn mxfp8_block(
             }
         }
     }
+}
+
+struct Mxfp8;
+impl LaneSumBlock<4> for Mxfp8 {
+    const BYTES: usize = crate::quant::mx::BLOCK_BYTES;
+    #[inline(always)]
+    unsafe fn decode(block: &[u8]) -> ([__m256; 4], f32) {
+        (
+            mxfp8_weights(block.as_ptr().add(1)),
+            crate::quant::mx::e8m0_value(block[0]),
+        )
+    }
+}
+
+#[inline(always)]
+unsafe fn mxfp8_block(
+    w: &[u8],
+    row_bytes: usize,
+    nrows: usize,
+    acts: &[QuantizedActs],
+    out: &mut [f32],
+    stride: usize,
+) {
+    lane_sum_blocks::<4, Mxfp8>(w, row_bytes, nrows, acts, out, stride)
 }
 
 float_acts_entries!(mxfp8_avx2, mxfp8_block_avx2, mxfp8_block);
@@ -2333,6 +2366,30 @@ float_acts_entries!(nvfp4_avx2, nvfp4_block_avx2, nvfp4_block);
 // then the block term added in block order. Eight codes come from four bytes: the word
 // broadcast to every lane and shifted right by 4, 0, 12, 8, ... (high nibble first).
 
+struct Symb4;
+impl LaneSumBlock<{ crate::quant::symb::QK / 8 }> for Symb4 {
+    const BYTES: usize = crate::quant::symb::BLOCK_BYTES;
+    #[inline(always)]
+    unsafe fn decode(block: &[u8]) -> ([__m256; crate::quant::symb::QK / 8], f32) {
+        let shifts = _mm256_setr_epi32(4, 0, 12, 8, 20, 16, 28, 24);
+        let mut ws = [_mm256_setzero_ps(); crate::quant::symb::QK / 8];
+        for (c, wc) in ws.iter_mut().enumerate() {
+            let word = u32::from_le_bytes([
+                block[4 + 4 * c],
+                block[5 + 4 * c],
+                block[6 + 4 * c],
+                block[7 + 4 * c],
+            ]);
+            let codes = _mm256_and_si256(
+                _mm256_srlv_epi32(_mm256_set1_epi32(word as i32), shifts),
+                _mm256_set1_epi32(0x0f),
+            );
+            *wc = _mm256_cvtepi32_ps(_mm256_sub_epi32(codes, _mm256_set1_epi32(8)));
+        }
+        (ws, crate::quant::symb::block_scale(block))
+    }
+}
+
 #[inline(always)]
 unsafe fn symb4_block(
     w: &[u8],
@@ -2342,51 +2399,7 @@ unsafe fn symb4_block(
     out: &mut [f32],
     stride: usize,
 ) {
-    use crate::quant::symb::{block_scale, BLOCK_BYTES, QK as SYMB_QK};
-    let nb = row_bytes / BLOCK_BYTES;
-    let shifts = _mm256_setr_epi32(4, 0, 12, 8, 20, 16, 28, 24);
-    let nibble = _mm256_set1_epi32(0x0f);
-    let eight = _mm256_set1_epi32(8);
-    let mut sums = [0f32; MAX_ACTS];
-    for j in 0..nrows {
-        let row = &w[j * row_bytes..(j + 1) * row_bytes];
-        for (g, group) in acts.chunks(MAX_ACTS).enumerate() {
-            sums[..group.len()].fill(0.0);
-            for b in 0..nb {
-                let block = &row[b * BLOCK_BYTES..(b + 1) * BLOCK_BYTES];
-                let scale = block_scale(block);
-                let mut ws = [_mm256_setzero_ps(); SYMB_QK / 8];
-                for (c, wc) in ws.iter_mut().enumerate() {
-                    let word = u32::from_le_bytes([
-                        block[4 + 4 * c],
-                        block[5 + 4 * c],
-                        block[6 + 4 * c],
-                        block[7 + 4 * c],
-                    ]);
-                    let codes = _mm256_and_si256(
-                        _mm256_srlv_epi32(_mm256_set1_epi32(word as i32), shifts),
-                        nibble,
-                    );
-                    *wc = _mm256_cvtepi32_ps(_mm256_sub_epi32(codes, eight));
-                }
-                for (s, a) in sums.iter_mut().zip(group) {
-                    let x = a.vals.as_ptr().add(b * SYMB_QK);
-                    let mut lanes = _mm256_add_ps(
-                        _mm256_setzero_ps(),
-                        _mm256_mul_ps(ws[0], _mm256_loadu_ps(x)),
-                    );
-                    for (c, wc) in ws.iter().enumerate().skip(1) {
-                        lanes =
-                            _mm256_add_ps(lanes, _mm256_mul_ps(*wc, _mm256_loadu_ps(x.add(8 * c))));
-                    }
-                    *s += mxfp8_lane_tree(lanes) * scale;
-                }
-            }
-            for (i, s) in sums[..group.len()].iter().enumerate() {
-                out[j * stride + g * MAX_ACTS + i] = *s;
-            }
-        }
-    }
+    lane_sum_blocks::<{ crate::quant::symb::QK / 8 }, Symb4>(w, row_bytes, nrows, acts, out, stride)
 }
 
 float_acts_entries!(symb4_avx2, symb4_block_avx2, symb4_block);
