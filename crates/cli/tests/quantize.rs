@@ -30,19 +30,28 @@ fn scratch(tag: &str) -> PathBuf {
     dir
 }
 
-/// `synaptix ARGS` run in `dir` (llama-quantize records an importance matrix's path as given,
-/// so the tests give relative ones); it must succeed.
-fn synaptix_in(dir: &Path, args: &[&str]) {
-    let run = Command::new(env!("CARGO_BIN_EXE_synaptix"))
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("synaptix runs");
+/// `synaptix ARGS`, run in `dir` where given (llama-quantize records an importance matrix's path
+/// as given, so those tests give relative ones); it must succeed.
+fn synaptix_ok_in(dir: Option<&Path>, args: &[&str]) -> std::process::Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_synaptix"));
+    if let Some(dir) = dir {
+        command.current_dir(dir);
+    }
+    let run = command.args(args).output().expect("synaptix runs");
     assert!(
         run.status.success(),
         "{args:?}: {}",
         String::from_utf8_lossy(&run.stderr)
     );
+    run
+}
+
+fn synaptix_ok(args: &[&str]) -> std::process::Output {
+    synaptix_ok_in(None, args)
+}
+
+fn synaptix_in(dir: &Path, args: &[&str]) {
+    synaptix_ok_in(Some(dir), args);
 }
 
 /// `synaptix quantize INPUT OUTPUT --type DTYPE` plus `extra` flags; it must succeed.
@@ -50,12 +59,7 @@ fn quantize(input: &Path, output: &Path, dtype: &str, extra: &[&str]) {
     let (i, o) = (input.to_str().unwrap(), output.to_str().unwrap());
     let mut args = vec!["quantize", i, o, "--type", dtype];
     args.extend_from_slice(extra);
-    let out = synaptix(&args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    synaptix_ok(&args);
 }
 
 /// The tiny synthetic llama (F16, Q8_0 and F32 tensors) to F32, then `--pure` to every float and
@@ -147,7 +151,7 @@ fn gemma_requantized_matches_llama_quantize_and_runs() {
         quantize(&gemma, &out, dtype, &["--pure", "--allow-requantize"]);
         assert_eq!(sha256(&out), want, "gemma {dtype}");
     }
-    let run = synaptix(&[
+    let run = synaptix_ok(&[
         "run",
         dir.join("q8_0.gguf").to_str().unwrap(),
         "The capital of France is",
@@ -158,11 +162,6 @@ fn gemma_requantized_matches_llama_quantize_and_runs() {
         "--device",
         "cpu",
     ]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
     assert!(
         String::from_utf8_lossy(&run.stdout).contains("France"),
         "{}",
@@ -431,7 +430,7 @@ fn gemma_microscaling_bundles_run_close_to_their_source() {
     quantize(&gemma, &q8, "q8_0", &["--pure", "--allow-requantize"]);
     let logits = |model: &Path, tag: &str| {
         let out_dir = dir.join(tag);
-        let run = synaptix(&[
+        synaptix_ok(&[
             "run",
             model.to_str().unwrap(),
             "The capital of France is a city that",
@@ -446,11 +445,6 @@ fn gemma_microscaling_bundles_run_close_to_their_source() {
             "--dump-filter",
             "result_output",
         ]);
-        assert!(
-            run.status.success(),
-            "{tag}: {}",
-            String::from_utf8_lossy(&run.stderr)
-        );
         npy_last_row(&out_dir.join("result_output.npy"))
     };
     let want = logits(&gemma, "source");
@@ -856,7 +850,7 @@ fn qwen_with_a_llama_imatrix_matches_llama_quantize() {
     assert!(String::from_utf8_lossy(&refused.stderr).contains("needs an importance matrix"));
     assert!(!dir.join("refused.gguf").exists());
     // IQ4_XS runs (on the CPU) and still knows the capital of France.
-    let run = synaptix(&[
+    let run = synaptix_ok(&[
         "run",
         dir.join("iq4_xs.gguf").to_str().unwrap(),
         "The capital of France is",
@@ -868,11 +862,6 @@ fn qwen_with_a_llama_imatrix_matches_llama_quantize() {
         "--device",
         "cpu",
     ]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
     let v: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     assert!(v["text"].as_str().unwrap().starts_with(" Paris"), "{v}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -891,7 +880,7 @@ fn imatrix_matches_llama_imatrix() {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/imatrix");
     let qwen = cache::models_dir().join("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf");
     let out = dir.join("ours.imatrix.gguf");
-    let run = synaptix(&[
+    synaptix_ok(&[
         "imatrix",
         qwen.to_str().unwrap(),
         "-f",
@@ -904,11 +893,6 @@ fn imatrix_matches_llama_imatrix() {
         "8",
         "--json",
     ]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
     let ours = Imatrix::read(&out).unwrap();
     let theirs = Imatrix::read(&fixtures.join("qwen2.5-coder-0.5b.imatrix.gguf")).unwrap();
     assert_eq!((ours.chunk_count, ours.chunk_size), (8, 256));
@@ -942,7 +926,7 @@ fn imatrix_counts_experts_rows() {
     let dir = scratch("imatrix-moe");
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
     let out = dir.join("moe.imatrix.gguf");
-    let run = synaptix(&[
+    synaptix_ok(&[
         "imatrix",
         root.join("moe/qwen2moe-tiny.gguf").to_str().unwrap(),
         "-f",
@@ -954,11 +938,6 @@ fn imatrix_counts_experts_rows() {
         "--chunks",
         "6",
     ]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
     let m = Imatrix::read(&out).unwrap();
     let tokens = 6.0 * 64.0;
     for layer in 0..2 {
@@ -986,7 +965,7 @@ fn imatrix_counts_experts_rows() {
     }
     // The matrix drives quantization.
     let q = dir.join("q4_0.gguf");
-    let run = synaptix(&[
+    synaptix_ok(&[
         "quantize",
         root.join("moe/qwen2moe-tiny.gguf").to_str().unwrap(),
         q.to_str().unwrap(),
@@ -996,11 +975,6 @@ fn imatrix_counts_experts_rows() {
         "--imatrix",
         out.to_str().unwrap(),
     ]);
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
