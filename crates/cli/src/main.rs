@@ -10,6 +10,7 @@ mod embed;
 mod http;
 mod imatrix;
 mod inspect;
+mod perplexity;
 mod quantize;
 mod run;
 mod serve;
@@ -63,6 +64,8 @@ enum Command {
     Quantize(quantize::QuantizeArgs),
     /// Compute an importance matrix from a text, for quantize --imatrix (llama-imatrix's file)
     Imatrix(imatrix::ImatrixArgs),
+    /// Measure a model's perplexity over a text (llama-perplexity's figures)
+    Perplexity(perplexity::PerplexityArgs),
     /// Rewrite a model file in another container: GGUF to synaptix's .syn bundle and back
     Convert(convert::ConvertArgs),
     /// Turn speech into text with a Whisper model (WAV, FLAC, MP3 or Ogg in; timestamped segments out)
@@ -114,6 +117,7 @@ fn main() -> ExitCode {
         Command::Serve(a) => serve::run(a),
         Command::Quantize(a) => quantize::run(a),
         Command::Imatrix(a) => imatrix::run(a),
+        Command::Perplexity(a) => perplexity::run(a),
         Command::Convert(a) => convert::run(a),
         Command::Transcribe(a) => transcribe::run(a),
         Command::Embed(a) => embed::run(a),

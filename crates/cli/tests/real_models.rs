@@ -211,6 +211,76 @@ fn bench_prints_llama_bench_rows() {
     );
 }
 
+/// `synaptix perplexity` gives llama-perplexity's figures (its portable build, whose logits
+/// synaptix reproduces bit for bit; tests/fixtures/perplexity, made by
+/// scripts/reference/make_perplexity_fixture.sh) on both models over the imatrix corpus in chunks
+/// of 256: every chunk's running perplexity, the final estimate and its error, as llama.cpp
+/// prints them (4 and 5 decimals). Gemma replaces each chunk's first token by BOS, Qwen adds none.
+/// Too little text, or a chunk shorter than 16 tokens, is a one-line error.
+#[test]
+fn perplexity_matches_llama_perplexity() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let corpus = root.join("imatrix/corpus.txt");
+    let corpus = corpus.to_str().unwrap();
+    let want: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("perplexity/llama_perplexity.json")).unwrap(),
+    )
+    .unwrap();
+    let close = |got: &serde_json::Value, want: &serde_json::Value, decimals: i32| {
+        let (g, w) = (got.as_f64().unwrap(), want.as_f64().unwrap());
+        (g - w).abs() <= 0.51 * 10f64.powi(-decimals)
+    };
+    for (file, path) in [
+        ("gemma-3-270m-q4_k_m.gguf", gemma()),
+        ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", qwen()),
+    ] {
+        let v = json_ok(&[
+            "perplexity",
+            &path,
+            "-f",
+            corpus,
+            "-c",
+            "256",
+            "--chunks",
+            "6",
+            "--device",
+            "cpu",
+            "--json",
+        ]);
+        let w = &want[file];
+        assert_eq!(v["scored_tokens"], 6 * 127, "{file}");
+        let (got, expected) = (
+            v["chunk_perplexity"].as_array().unwrap(),
+            w["chunk_perplexity"].as_array().unwrap(),
+        );
+        assert_eq!(got.len(), expected.len(), "{file}");
+        for (i, (g, e)) in got.iter().zip(expected).enumerate() {
+            assert!(close(g, e, 4), "{file} chunk {}: {g} against {e}", i + 1);
+        }
+        assert!(close(&v["perplexity"], &w["perplexity"], 4), "{file}: {v}");
+        assert!(close(&v["error"], &w["error"], 5), "{file}: {v}");
+    }
+    let short = Scratch::new("perplexity");
+    let text = short.file("short.txt", b"Only a few words here.");
+    let out = synaptix(&[
+        "perplexity",
+        &gemma(),
+        "-f",
+        text.to_str().unwrap(),
+        "-c",
+        "64",
+        "--device",
+        "cpu",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("needs at least 128"), "{stderr}");
+    let out = synaptix(&["perplexity", &gemma(), "-f", corpus, "-c", "8"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 16 tokens"));
+    assert!(!out.status.success());
+}
+
 #[test]
 fn devices_lists_the_cpu() {
     let v = json_ok(&["devices", "--json"]);
