@@ -123,6 +123,9 @@ pub fn run(a: PerplexityArgs) -> Result<()> {
         bail!("--chunks 0: nothing to score");
     }
     let n_vocab = engine.model.info().hparams.n_vocab;
+    if let Some(&bad) = tokens.iter().find(|&&t| t as usize >= n_vocab) {
+        bail!("the tokenizer gave id {bad}, outside the model's vocabulary of {n_vocab}");
+    }
     let bos = engine
         .tokenizer
         .bos()
